@@ -1,0 +1,326 @@
+"""Step costs composed from operator predictions, per model architecture.
+
+:class:`ComposedStepCostModel` turns a model's layer shapes into the operator
+calls one forward pass makes on one GPU of a tensor-parallel group and sums
+their predicted times. It knows nothing about a particular predictor: the
+roofline (:class:`~lmmsim.costmodel.roofline.RooflinePredictor`) and fitted
+predictors plug in alike.
+
+Tensor parallelism follows Megatron-LM, as vLLM implements it:
+
+* QKV and gate/up projections are column-parallel (output features split over
+  ``tp``), O and down projections row-parallel (input features split); each
+  of the two row-parallel outputs is all-reduced (``tokens x hidden`` bf16)
+  when ``tp > 1``.
+* Attention heads split over ``tp``; KV heads too, but never below one per
+  GPU: with fewer KV heads than GPUs each KV head is replicated.
+* The embedding is vocabulary-parallel (each GPU looks up the rows it holds,
+  an all-reduce combines them); the LM head is split over the vocabulary and
+  applied only to the ``num_sampled`` rows that need a token; the logits are
+  then gathered.
+* Norms, rotary embedding and the activation are memory-bound elementwise
+  kernels. Residual adds are fused into the RMSNorm that follows them
+  (vLLM's ``fused_add_rms_norm``), so a decoder layer runs two fused
+  add+norm kernels. Biases are folded into GEMM epilogues (free).
+
+The encoder runs sharded over the same ``tp`` GPUs, with the same Megatron
+split (heads padded up to a multiple of ``tp`` when they do not divide, as
+vLLM does for InternViT); its patch embedding is small and replicated.
+
+Speed: the engine asks for ``llm_step_s`` once per simulated step. Everything
+except decode attention is memoised — the linear layers, norms and
+collectives depend only on the step's total token count, prefill attention
+on each chunk's ``(new_tokens, context)``, the LM head on ``num_sampled`` —
+so a step costs a few dictionary look-ups plus one predictor call for decode
+attention (whose context sum changes every step, so it would not memoise).
+Memo tables are cleared when they grow past ``MEMO_LIMIT`` entries, which
+bounds memory and never changes a result (every entry is a pure function of
+its key).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from lmmsim.catalog import BYTES_PER_PARAM_BF16, GpuSpec, ModelSpec
+from lmmsim.costmodel.base import OperatorPredictor
+from lmmsim.errors import UserError
+from lmmsim.workload.request import EncoderWork
+
+B = BYTES_PER_PARAM_BF16  # activations are bf16 too
+WHISPER_MEL_BINS = 128  # Whisper-large-v3 log-mel channels (conv stem input)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class ComposedStepCostModel:
+    """LLM step and encoder costs of one engine: ``model`` on ``tp`` x ``gpu``.
+
+    Implements :class:`~lmmsim.costmodel.base.StepCostModel`. All shapes passed
+    to ``predictor`` are per GPU.
+    """
+
+    MEMO_LIMIT = 1 << 18
+
+    def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int, predictor: OperatorPredictor):
+        llm = model.llm
+        if tp < 1:
+            raise UserError("deployment.tp", f"must be at least 1, got {tp}")
+        if llm.num_heads % tp:
+            raise UserError(
+                "deployment.tp", f"{model.name}: {llm.num_heads} attention heads do not split evenly over tp={tp}"
+            )
+        self.model = model
+        self.gpu = gpu
+        self.tp = tp
+        self.predictor = predictor
+
+        # LLM shapes on one GPU.
+        self._layers = llm.num_layers
+        self._hidden = llm.hidden_size
+        self._heads = llm.num_heads // tp
+        self._kv_heads = max(1, llm.num_kv_heads // tp)
+        self._head_dim = llm.dim_head
+        self._ffn = _ceil_div(llm.intermediate_size, tp)
+        self._up_width = (2 if llm.gated_mlp else 1) * self._ffn
+        self._vocab = llm.vocab_size
+        self._vocab_shard = _ceil_div(llm.vocab_size, tp)
+
+        self._dense_memo: dict[int, float] = {}
+        self._prefill_memo: dict[tuple[int, int], float] = {}
+        self._head_memo: dict[int, float] = {}
+        self._encode_memo: dict[tuple[tuple[int, int], ...], float] = {}
+        # Bound method looked up once: the hot path calls it every decode step.
+        self._decode_attention = predictor.attention_decode_s
+
+    # ----------------------------------------------------------- memory sizes
+    @property
+    def weight_bytes_per_gpu(self) -> float:
+        """(LLM + encoder parameters) x 2 bytes / tp."""
+        return self.model.weight_bytes / self.tp
+
+    @property
+    def kv_bytes_per_token_per_gpu(self) -> float:
+        """K and V of every layer for the KV heads this GPU holds (>= 1, replicated when kv_heads < tp)."""
+        return 2 * self._layers * self._kv_heads * self._head_dim * B
+
+    # --------------------------------------------------------------- LLM step
+    def llm_step_s(
+        self,
+        prefill_chunks: Sequence[tuple[int, int]],
+        num_decodes: int,
+        decode_context_sum: int,
+        num_sampled: int,
+    ) -> float:
+        """One forward pass over a mixed batch (see ``StepCostModel.llm_step_s``)."""
+        total = 0.0
+        tokens = num_decodes
+        if prefill_chunks:
+            memo = self._prefill_memo
+            for chunk in prefill_chunks:
+                try:
+                    t = memo.get(chunk)
+                except TypeError:  # a list instead of a tuple
+                    chunk = tuple(chunk)
+                    t = memo.get(chunk)
+                if t is None:
+                    t = self._prefill_attention(chunk)
+                total += t
+                tokens += chunk[0]
+        if tokens <= 0:
+            return 0.0
+        t = self._dense_memo.get(tokens)
+        if t is None:
+            t = self._dense(tokens)
+        total += t
+        if num_decodes > 0:
+            total += self._layers * self._decode_attention(
+                num_decodes, decode_context_sum, self._heads, self._kv_heads, self._head_dim
+            )
+        if num_sampled > 0:
+            t = self._head_memo.get(num_sampled)
+            if t is None:
+                t = self._lm_head(num_sampled)
+            total += t
+        return total
+
+    def prefill_s(self, num_tokens: int) -> float:
+        """A single fresh prefill of ``num_tokens`` prompt tokens (one sampled token)."""
+        return self.llm_step_s(((num_tokens, num_tokens),), 0, 0, 1)
+
+    def decode_s(self, batch: int, context_each: int) -> float:
+        """A decode-only step of ``batch`` sequences, each attending to ``context_each`` tokens."""
+        return self.llm_step_s((), batch, batch * context_each, batch)
+
+    # Memo fillers: called on a miss, store and return the value.
+    def _dense(self, tokens: int) -> float:
+        """All of a step that depends only on its total token count, over all layers:
+        linear layers, all-reduces, norms, rotary, activation, embedding, final norm."""
+        p, tp = self.predictor, self.tp
+        h, hd = self._hidden, self._head_dim
+        q_width = self._heads * hd
+        kv_width = self._kv_heads * hd
+        act = tokens * h * B  # one [tokens, hidden] bf16 activation
+        layer = (
+            p.gemm_s(tokens, q_width + 2 * kv_width, h)  # QKV, column-parallel
+            + p.elementwise_s(2 * tokens * (q_width + kv_width) * B)  # rotary on Q and K: read + write
+            + p.gemm_s(tokens, h, q_width)  # O, row-parallel
+            + p.allreduce_s(act, tp)
+            + p.elementwise_s(4 * act)  # fused residual add + RMSNorm: read x, residual; write both
+            + p.gemm_s(tokens, self._up_width, h)  # gate + up, column-parallel
+            + p.elementwise_s(tokens * (self._up_width + self._ffn) * B)  # activation (x gate): read, write
+            + p.gemm_s(tokens, h, self._ffn)  # down, row-parallel
+            + p.allreduce_s(act, tp)
+            + p.elementwise_s(4 * act)  # fused residual add + RMSNorm before the next layer
+        )
+        embed = p.elementwise_s(2 * act) + p.allreduce_s(act, tp)  # gather rows, write; combine shards
+        final_norm = p.elementwise_s(4 * act)
+        t = self._layers * layer + embed + final_norm
+        return self._store(self._dense_memo, tokens, t)
+
+    def _prefill_attention(self, chunk: tuple[int, int]) -> float:
+        """Causal attention of one prefill chunk, over all layers."""
+        new_tokens, context = chunk
+        t = self._layers * self.predictor.attention_prefill_s(
+            new_tokens, context, self._heads, self._kv_heads, self._head_dim, True
+        )
+        return self._store(self._prefill_memo, chunk, t)
+
+    def _lm_head(self, num_sampled: int) -> float:
+        """LM head over the vocabulary shard, logits gather, sampling."""
+        p = self.predictor
+        logits = num_sampled * self._vocab * B
+        # Ring all-gather = the all-gather half of a ring all-reduce.
+        gather = p.allreduce_s(logits, self.tp) / 2
+        sampling = p.elementwise_s(num_sampled * self._vocab * 4 * 2)  # fp32 softmax: read + write
+        t = p.gemm_s(num_sampled, self._vocab_shard, self._hidden) + gather + sampling
+        return self._store(self._head_memo, num_sampled, t)
+
+    # ---------------------------------------------------------------- encoder
+    def encode_s(self, works: Sequence[EncoderWork]) -> float:
+        """Encoder + projector forward over a batch of media items.
+
+        The batch is reduced to how many attention units of each length it
+        holds (the cost does not depend on how units are grouped into items),
+        which is also the memo key.
+        """
+        if not works:
+            return 0.0
+        units: dict[int, int] = {}
+        for w in works:
+            if w.num_units > 0 and w.seq_len > 0:
+                units[w.seq_len] = units.get(w.seq_len, 0) + w.num_units
+        if not units:
+            return 0.0
+        key = tuple(sorted(units.items()))
+        t = self._encode_memo.get(key)
+        if t is None:
+            t = self._store(self._encode_memo, key, self._encode(key))
+        return t
+
+    def _encode(self, units: tuple[tuple[int, int], ...]) -> float:
+        enc = self.model.encoder
+        if enc is None:
+            raise UserError("model", f"{self.model.name!r} has no encoder")
+        p, tp = self.predictor, self.tp
+        h = enc.hidden_size
+        heads = _ceil_div(enc.num_heads, tp)  # padded with dummy heads when tp does not divide
+        hd = h // enc.num_heads
+        width = heads * hd
+        ffn = _ceil_div(enc.intermediate_size, tp)
+        up_width = (2 if enc.gated_mlp else 1) * ffn
+        n = sum(length * count for length, count in units)  # encoder tokens in the batch
+        act = n * h * B
+
+        # Stem: turns raw patches / mel frames into tokens; replicated on each GPU.
+        if enc.family == "whisper":
+            # Two 1-D convolutions (kernel 3, the second with stride 2) as GEMMs.
+            stem = p.gemm_s(2 * n, h, 3 * WHISPER_MEL_BINS) + p.gemm_s(n, h, 3 * h)
+        else:
+            # Linear patch projection: RGB patch_size^2 (x 2 frames for Qwen's temporal patch).
+            frames = 2 if enc.family == "qwen_vit" else 1
+            stem = p.gemm_s(n, h, 3 * frames * enc.patch_size**2)
+        if enc.family != "qwen_vit":
+            stem += p.elementwise_s(3 * act)  # add learned position embeddings (Qwen uses rotary)
+
+        layer = (
+            p.elementwise_s(2 * act)  # pre-attention LayerNorm
+            + p.gemm_s(n, 3 * width, h)  # QKV, column-parallel
+            + p.gemm_s(n, h, width)  # O, row-parallel
+            + p.allreduce_s(act, tp)
+            + p.elementwise_s(3 * act)  # residual add
+            + p.elementwise_s(2 * act)  # pre-MLP LayerNorm
+            + p.gemm_s(n, up_width, h)  # up (+ gate), column-parallel
+            + p.elementwise_s(n * (up_width + ffn) * B)  # activation
+            + p.gemm_s(n, h, ffn)  # down, row-parallel
+            + p.allreduce_s(act, tp)
+            + p.elementwise_s(3 * act)  # residual add
+        )
+        if enc.family == "qwen_vit":
+            layer += p.elementwise_s(2 * n * 2 * width * B)  # 2-D rotary on Q and K
+
+        # Attention: every unit attends to itself, without a mask. Units of equal
+        # length run in one varlen kernel, costed as one sequence with that many
+        # times the heads (same FLOPs and bytes, one launch).
+        def attention(lengths: dict[int, int]) -> float:
+            return sum(
+                p.attention_prefill_s(length, length, heads * count, heads * count, hd, False)
+                for length, count in sorted(lengths.items())
+            )
+
+        full = attention(dict(units))
+        if enc.window_tokens is None:
+            num_full, num_window, windowed = enc.num_layers, 0, 0.0
+        else:
+            # Window layers attend within windows of window_tokens patches; a unit
+            # that does not fill its last window leaves a shorter one.
+            num_full = sum(1 for i in set(enc.full_attention_layers) if 0 <= i < enc.num_layers)
+            num_window = enc.num_layers - num_full
+            windows: dict[int, int] = {}
+            wt = enc.window_tokens
+            for length, count in units:
+                whole, rest = divmod(length, wt)
+                if whole:
+                    windows[wt] = windows.get(wt, 0) + whole * count
+                if rest:
+                    windows[rest] = windows.get(rest, 0) + count
+            windowed = attention(windows)
+
+        post_norm = p.elementwise_s(2 * act)
+        t = stem + enc.num_layers * layer + num_full * full + num_window * windowed + post_norm
+        return t + self._projector(n)
+
+    def _projector(self, encoder_tokens: int) -> float:
+        """Projector MLP over merged tokens, sharded Megatron-style.
+
+        Layers alternate column-parallel (even index) and row-parallel (odd,
+        followed by an all-reduce); a projector ending column-parallel
+        all-gathers its output. Activations between layers are elementwise.
+        """
+        proj = self.model.encoder.projector
+        p, tp = self.predictor, self.tp
+        m = _ceil_div(encoder_tokens, proj.tokens_merged)
+        dims = [proj.input_dim] + [proj.hidden_dim] * (proj.num_layers - 1) + [proj.output_dim]
+        t = 0.0
+        for i, (d_in, d_out) in enumerate(zip(dims, dims[1:])):
+            if i % 2 == 0:
+                out_shard = _ceil_div(d_out, tp)
+                t += p.gemm_s(m, out_shard, d_in)
+                if i < proj.num_layers - 1:
+                    t += p.elementwise_s(2 * m * out_shard * B)  # activation
+                elif tp > 1:
+                    t += p.allreduce_s(m * d_out * B, tp) / 2  # all-gather of the output
+            else:
+                t += p.gemm_s(m, d_out, _ceil_div(d_in, tp)) + p.allreduce_s(m * d_out * B, tp)
+                if i < proj.num_layers - 1:
+                    t += p.elementwise_s(2 * m * d_out * B)
+        return t
+
+    # ------------------------------------------------------------------ memo
+    def _store(self, memo: dict, key, value: float) -> float:
+        if len(memo) >= self.MEMO_LIMIT:
+            memo.clear()
+        memo[key] = value
+        return value

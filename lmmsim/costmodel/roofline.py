@@ -1,0 +1,156 @@
+"""Cost model v0: a roofline with size-dependent efficiency.
+
+Every kernel is limited either by arithmetic or by HBM traffic, whichever
+takes longer, and pays a fixed launch cost::
+
+    time = max(flops / (peak * eff_c(flops)), bytes / (hbm * eff_m(bytes))) + launch
+
+The achieved fraction of peak grows with problem size and saturates::
+
+    eff_c(x) = compute_max * x / (x + compute_half_flops)
+    eff_m(x) = memory_max  * x / (x + memory_half_bytes)
+
+so a kernel with ``compute_half_flops`` FLOPs reaches half of its best
+throughput. This is what makes small batches inefficient on a real GPU (too
+few thread blocks to fill the SMs, pipeline warm-up, tail effects), which is
+the premise of encoder batching in EAServe. Substituting eff_c into the
+compute term gives a simple closed form::
+
+    flops / (peak * eff_c(flops)) = (flops + compute_half_flops) / (peak * compute_max)
+
+i.e. every kernel behaves as if it did ``compute_half_flops`` extra FLOPs at
+the best achievable rate; the memory term has the same shape. That is how the
+code below evaluates it (no division by a possibly-zero size).
+
+All tensors are bf16 (2 bytes per element). Collectives use the engine's
+interconnect :class:`~lmmsim.catalog.LinkSpec`. The calibration work replaces
+this class by fitted predictors with the same methods
+(:class:`~lmmsim.costmodel.base.OperatorPredictor`).
+"""
+
+from __future__ import annotations
+
+from lmmsim.catalog import GpuSpec, LinkSpec
+from lmmsim.costmodel.transfer import transfer_s
+
+BYTES_BF16 = 2
+
+
+class RooflinePredictor:
+    """Roofline operator predictor for one GPU (implements ``OperatorPredictor``).
+
+    ``interconnect`` is the link between the GPUs of one tensor-parallel group
+    (None for a single-GPU engine; collectives over more than one GPU then raise).
+    """
+
+    def __init__(self, gpu: GpuSpec, interconnect: LinkSpec | None = None):
+        self.gpu = gpu
+        self.interconnect = interconnect
+        eff = gpu.efficiency
+        # Precomputed constants of the closed forms (see module docstring).
+        self._compute_rate = gpu.peak_flops * eff.compute_max  # FLOP/s at saturation
+        self._compute_half = eff.compute_half_flops
+        self._memory_rate = gpu.hbm_bytes_per_s * eff.memory_max  # B/s at saturation
+        self._memory_half = eff.memory_half_bytes
+        self._launch_s = eff.kernel_launch_us / 1e6
+
+    # ------------------------------------------------------------------ core
+    def kernel_s(self, flops: float, num_bytes: float) -> float:
+        """One kernel doing ``flops`` FLOPs and moving ``num_bytes`` HBM bytes."""
+        t_compute = (flops + self._compute_half) / self._compute_rate if flops > 0 else 0.0
+        t_memory = (num_bytes + self._memory_half) / self._memory_rate if num_bytes > 0 else 0.0
+        return (t_compute if t_compute > t_memory else t_memory) + self._launch_s
+
+    # ------------------------------------------------------------- operators
+    def gemm_s(self, m: int, n: int, k: int) -> float:
+        """``[m, k] x [k, n]`` bf16 matmul.
+
+        FLOPs: one multiply and one add per (m, n, k) triple -> ``2mnk``.
+        Bytes: each operand read once and the result written once ->
+        ``2(mk + kn + mn)``; for a decode batch the ``kn`` weight read
+        dominates, which is why small-``m`` GEMMs are memory-bound.
+        """
+        if m <= 0 or n <= 0 or k <= 0:
+            return 0.0
+        return self.kernel_s(2.0 * m * n * k, BYTES_BF16 * (m * k + k * n + m * n))
+
+    def attention_prefill_s(
+        self, new_tokens: int, context: int, num_heads: int, num_kv_heads: int, head_dim: int, causal: bool = True
+    ) -> float:
+        """Attention of ``new_tokens`` queries over ``context`` keys (new ones included).
+
+        FLOPs: per query and key, ``Q.K`` and ``P.V`` each cost ``2 * head_dim``
+        -> ``4 * heads * head_dim * sum(keys attended)``. Without a mask every
+        query sees all ``context`` keys. With a causal mask query ``i`` of the
+        chunk (0-based) sees the ``context - new_tokens`` cached keys plus
+        ``i + 1`` new ones, so the average is ``context - (new_tokens - 1) / 2``
+        (≈ ``context - new_tokens / 2``): a fresh prefill does about half the
+        work of a full square, a small chunk at the end of a long context
+        almost all of it.
+        Bytes: a fused (FlashAttention-style) kernel reads Q and writes O
+        (``new_tokens * heads * head_dim`` each) and reads K and V
+        (``context * kv_heads * head_dim`` each) once; the score matrix never
+        reaches HBM. A batch of equal-length independent sequences (encoder
+        windows, image tiles) has exactly the cost of one sequence with that
+        many times the heads, which is how callers batch them into one kernel.
+        """
+        if new_tokens <= 0:
+            return 0.0
+        if context < new_tokens:
+            raise ValueError(f"attention context ({context}) is shorter than the new tokens ({new_tokens})")
+        keys = context - (new_tokens - 1) / 2.0 if causal else float(context)
+        flops = 4.0 * num_heads * head_dim * new_tokens * keys
+        num_bytes = BYTES_BF16 * head_dim * (2 * new_tokens * num_heads + 2 * context * num_kv_heads)
+        return self.kernel_s(flops, num_bytes)
+
+    def attention_decode_s(
+        self, batch: int, context_sum: int, num_heads: int, num_kv_heads: int, head_dim: int
+    ) -> float:
+        """Decode attention: ``batch`` single-token queries over ``context_sum`` cached tokens.
+
+        Memory-bound: every cached K and V vector is read once
+        (``context_sum * 2 * kv_heads * head_dim * 2`` bytes) while each one
+        feeds only ``heads / kv_heads`` dot products. FLOPs
+        ``4 * heads * head_dim * context_sum`` as for prefill with one query
+        per sequence; Q reads and O writes (``batch * heads * head_dim`` each)
+        are included though negligible.
+        """
+        if batch <= 0:
+            return 0.0
+        flops = 4.0 * num_heads * head_dim * context_sum
+        num_bytes = BYTES_BF16 * head_dim * (2 * context_sum * num_kv_heads + 2 * batch * num_heads)
+        return self.kernel_s(flops, num_bytes)
+
+    def elementwise_s(self, num_bytes: float) -> float:
+        """Memory-bound kernel (norm, activation, rotary, residual): bytes only.
+
+        Their arithmetic (a few FLOPs per element) never approaches the ridge
+        point of a modern GPU, so only the traffic and the launch count.
+        """
+        if num_bytes <= 0:
+            return 0.0
+        return (num_bytes + self._memory_half) / self._memory_rate + self._launch_s
+
+    def allreduce_s(self, num_bytes: float, world: int) -> float:
+        """Ring all-reduce of ``num_bytes`` (each GPU's buffer) over ``world`` GPUs.
+
+        A ring reduce-scatter followed by an all-gather: each runs ``world - 1``
+        steps in which every GPU sends ``bytes / world`` to its neighbour, so a
+        GPU sends ``2 (world - 1) / world * bytes`` in total over its own link
+        (all links busy in parallel) and the ``2 (world - 1)`` steps each pay
+        the link latency. Zero for a single GPU (nothing to reduce).
+        """
+        if world <= 1 or num_bytes <= 0:
+            return 0.0
+        link = self._link()
+        steps = 2 * (world - 1)
+        return steps / world * num_bytes / (link.bandwidth_gbs * 1e9) + steps * link.latency_us / 1e6
+
+    def p2p_s(self, num_bytes: float) -> float:
+        """Send to a neighbouring GPU: latency + bytes / bandwidth (:func:`transfer_s`)."""
+        return transfer_s(num_bytes, self._link())
+
+    def _link(self) -> LinkSpec:
+        if self.interconnect is None:
+            raise ValueError(f"{self.gpu.name}: a collective over several GPUs needs an interconnect link")
+        return self.interconnect

@@ -1,0 +1,1 @@
+"""SimPy engines: replicas stepping batches, the KV-cache block pool, the run loop."""

@@ -1,0 +1,58 @@
+"""The SimPy environment lmmsim runs on.
+
+Two additions to :class:`simpy.Environment`:
+
+* :meth:`SimEnvironment.timeout_at` schedules an event at an absolute time.
+  Engines compute step end times themselves (``start + duration``), and a
+  fast-forwarded stretch of steps must land on exactly the same float as
+  stepping one by one; ``timeout(end - now)`` could be off by one ulp.
+* engine events run *after* every ordinary event at the same time
+  (priority ``LATE``): a step that ends, or an idle engine that wakes, at the
+  instant requests arrive sees all of them, not only those whose arrival event
+  happened to be scheduled first;
+* an event counter (``num_events``) for the run summary.
+
+Same-time events keep SimPy's insertion order, so runs are deterministic.
+"""
+
+from __future__ import annotations
+
+from heapq import heappush
+
+import simpy
+from simpy.events import NORMAL, Event
+
+
+LATE = NORMAL + 1
+
+
+class _AbsoluteTimeout(Event):
+    def __init__(self, env: "SimEnvironment", when: float, priority: int):
+        self.env = env
+        self.callbacks = []
+        self._value = None
+        self._ok = True
+        heappush(env._queue, (when, priority, next(env._eid), self))
+
+
+class SimEnvironment(simpy.Environment):
+    def __init__(self, initial_time: float = 0.0):
+        super().__init__(initial_time)
+        self.num_events = 0
+
+    def timeout_at(self, when: float, late: bool = True) -> Event:
+        """An event at absolute time ``when``; engines use ``late`` (the
+        default), arrivals and other ordinary events ``late=False``."""
+        if when < self._now:
+            raise ValueError(f"timeout_at({when}) is in the past (now={self._now})")
+        return _AbsoluteTimeout(self, when, LATE if late else NORMAL)
+
+    def succeed_late(self, event: Event) -> None:
+        """Trigger ``event`` now, after the ordinary events of this instant."""
+        event._ok = True
+        event._value = None
+        heappush(self._queue, (self._now, LATE, next(self._eid), event))
+
+    def step(self) -> None:
+        super().step()
+        self.num_events += 1

@@ -1,0 +1,131 @@
+"""A monolithic engine replica: encoder + LLM on one TP group, stepping batches.
+
+One SimPy event per engine step. Each step runs the encoder over the media
+items its chunks need (vLLM v1 runs them before the LLM forward, on the same
+GPUs) and then the LLM forward over the batch. Step durations come from the
+:class:`~lmmsim.costmodel.base.StepCostModel`.
+
+Fast-forward: while the batch is decode-only and nothing can join it, the
+replica computes a stretch of steps in a plain loop and yields one event at
+its end. The stretch stops before the next decode completion step ends past
+it, before KV blocks would run out, and before any step that would end at or
+after the next arrival anywhere (``barrier_at``), so every request sees the
+same timeline as stepping one by one (tests compare the two bit for bit).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from lmmsim.engine.clock import SimEnvironment
+from lmmsim.engine.scheduler import ContinuousBatchingScheduler, SeqState
+
+
+class Replica:
+    def __init__(
+        self,
+        env: SimEnvironment,
+        index: int,
+        scheduler: ContinuousBatchingScheduler,
+        cost,
+        gpu_ids: tuple[int, ...],
+        on_finish: Callable[[SeqState], None],
+        barrier_at: Callable[[], float],
+        fast_forward: bool = True,
+        step_log: list | None = None,
+    ):
+        self.env = env
+        self.index = index
+        self.scheduler = scheduler
+        self.cost = cost
+        self.gpu_ids = gpu_ids
+        self.on_finish = on_finish
+        self.barrier_at = barrier_at
+        self.fast_forward = fast_forward
+        self.step_log = step_log  # optional list of (start, end, replica, num_tokens, batch) per step
+        self.busy_s = 0.0
+        self.num_steps = 0
+        self._wakeup = None
+        self.process = env.process(self._run())
+
+    @property
+    def load(self) -> int:
+        return self.scheduler.num_outstanding
+
+    def submit(self, seq: SeqState) -> None:
+        seq.replica = self.index
+        self.scheduler.add(seq)
+        if self._wakeup is not None and not self._wakeup.triggered:
+            self.env.succeed_late(self._wakeup)
+
+    def _finish_all(self, finished: list) -> None:
+        for seq in finished:
+            self.on_finish(seq)
+
+    def _run(self):
+        env = self.env
+        sched = self.scheduler
+        cost = self.cost
+        while True:
+            if not sched.has_work():
+                self._wakeup = env.event()
+                yield self._wakeup
+                self._wakeup = None
+            now = env.now
+            if self.fast_forward and sched.can_fast_forward():
+                steps, end_at = self._plan_stretch(now)
+                if steps > 1:
+                    yield env.timeout_at(end_at)
+                    self.num_steps += steps
+                    if self.step_log is not None:
+                        self.step_log.append((now, end_at, self.index, -1, steps))
+                    self._finish_all(sched.advance_decodes(steps, end_at))
+                    continue
+            plan = sched.schedule(now)
+            if not plan.chunks and not plan.num_decodes:
+                raise RuntimeError(
+                    f"replica {self.index}: work is waiting but nothing can be scheduled "
+                    f"(free KV blocks {sched.pool.num_free}, waiting {len(sched.queue)})"
+                )
+            encode_s = cost.encode_s([seg.item.encoder for _, seg in plan.encodes]) if plan.encodes else 0.0
+            step_s = encode_s + cost.llm_step_s(
+                plan.chunk_shapes, plan.num_decodes, plan.decode_context_sum, plan.num_sampled
+            )
+            end_at = now + step_s
+            yield env.timeout_at(end_at)
+            self.busy_s += step_s
+            self.num_steps += 1
+            if self.step_log is not None:
+                self.step_log.append((now, end_at, self.index, plan.num_tokens, len(plan.chunks) + plan.num_decodes))
+            self._finish_all(sched.complete(plan, now, now + encode_s, end_at))
+
+    def _plan_stretch(self, now: float) -> tuple[int, float]:
+        """How many decode-only steps can be applied as one event, and their end.
+
+        Sums step durations exactly as stepping would (``t += dt`` in order) and
+        adds them to ``busy_s`` likewise.
+        """
+        sched = self.scheduler
+        cost = self.cost
+        max_steps = sched.steps_to_next_finish()
+        barrier = self.barrier_at()
+        num_decodes = len(sched.decoding)
+        free = sched.pool.num_free
+        first = sched.step_no
+        t = now
+        busy = self.busy_s
+        steps = 0
+        while steps < max_steps:
+            need = sched.decode_blocks_needed(first + steps)
+            if need > free:
+                break
+            dt = cost.llm_step_s((), num_decodes, sched.decode_context_sum(first + steps), num_decodes)
+            if t + dt >= barrier:
+                break
+            free -= need
+            t = t + dt
+            busy += dt
+            steps += 1
+        if steps > 1:
+            self.busy_s = busy
+        return steps, t

@@ -1,0 +1,1 @@
+"""Metrics: per-request records as frames, and the run summary."""

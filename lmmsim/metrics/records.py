@@ -1,0 +1,55 @@
+"""Per-request records: engine states -> one pandas row per request.
+
+Times are simulated seconds. A request that never reached a stage has NaN in
+that stage's column; ``status`` says how it ended (finished, rejected: longer
+than the deployment's max model length, unfinished: still queued or running
+at the horizon).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+COLUMNS = (
+    "request_id", "class_name", "modality", "status", "replica",
+    "arrived_at", "encode_started_at", "encode_finished_at", "prefill_started_at",
+    "first_token_at", "finished_at",
+    "num_prompt_tokens", "num_text_tokens", "num_mm_tokens", "num_media_items",
+    "num_output_tokens", "num_preemptions",
+)
+
+
+def requests_frame(seqs) -> pd.DataFrame:
+    """One row per request, in request-id order, plus derived latency columns
+    ``ttft_s``, ``tpot_s``, ``e2e_s`` and ``normalized_latency_s_per_token``."""
+    cols: dict[str, list] = {c: [] for c in COLUMNS}
+    for s in seqs:
+        r = s.request
+        cols["request_id"].append(r.request_id)
+        cols["class_name"].append(r.class_name)
+        cols["modality"].append(r.modality)
+        cols["status"].append(s.status)
+        cols["replica"].append(s.replica)
+        cols["arrived_at"].append(r.arrived_at)
+        cols["encode_started_at"].append(s.encode_started_at)
+        cols["encode_finished_at"].append(s.encode_finished_at)
+        cols["prefill_started_at"].append(s.prefill_started_at)
+        cols["first_token_at"].append(s.first_token_at)
+        cols["finished_at"].append(s.finished_at)
+        cols["num_prompt_tokens"].append(r.num_prompt_tokens)
+        cols["num_text_tokens"].append(r.num_text_tokens)
+        cols["num_mm_tokens"].append(r.num_mm_tokens)
+        cols["num_media_items"].append(len(r.media_segments))
+        cols["num_output_tokens"].append(r.num_output_tokens)
+        cols["num_preemptions"].append(s.num_preemptions)
+    df = pd.DataFrame(cols)
+    for c in ("request_id", "replica", "num_prompt_tokens", "num_text_tokens", "num_mm_tokens",
+              "num_media_items", "num_output_tokens", "num_preemptions"):
+        df[c] = df[c].astype(np.int64)
+    df["ttft_s"] = df["first_token_at"] - df["arrived_at"]
+    df["e2e_s"] = df["finished_at"] - df["arrived_at"]
+    decode_tokens = (df["num_output_tokens"] - 1).where(df["num_output_tokens"] > 1)
+    df["tpot_s"] = (df["finished_at"] - df["first_token_at"]) / decode_tokens
+    df["normalized_latency_s_per_token"] = df["e2e_s"] / df["num_output_tokens"]
+    return df

@@ -1,0 +1,116 @@
+"""Run summary: latency percentiles, throughput, goodput, SLO attainment, GPU use.
+
+Definitions (all over the requests of one run):
+
+* latency blocks (``ttft_s``, ``tpot_s``, ``e2e_s``,
+  ``normalized_latency_s_per_token``) are over finished requests; TPOT only
+  over requests with more than one output token;
+* the measurement window runs from the first arrival to the last completion
+  (or the horizon, if requests were left unfinished); throughputs and goodput
+  are counts over that window;
+* a request meets its SLO when it finished, its TTFT is within the SLO of its
+  modality (if one is set) and its TPOT within the TPOT SLO (if set);
+  ``slo_attainment`` is over all requests, unfinished and rejected ones
+  counting as misses;
+* ``gpu_utilization`` is each GPU's busy time over the window.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+QUANTILES = (("p50", 50), ("p90", 90), ("p95", 95), ("p99", 99))
+LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "normalized_latency_s_per_token")
+
+
+def latency_stats(values) -> dict[str, float | None]:
+    """``{mean, p50, p90, p95, p99, max}`` of the finite values (None if none)."""
+    arr = np.asarray(values, dtype=float)
+    arr = arr[np.isfinite(arr)]
+    if arr.size == 0:
+        return {"mean": None, **{k: None for k, _ in QUANTILES}, "max": None}
+    out = {"mean": float(arr.mean())}
+    qs = np.percentile(arr, [q for _, q in QUANTILES])
+    out.update({k: float(v) for (k, _), v in zip(QUANTILES, qs)})
+    out["max"] = float(arr.max())
+    return out
+
+
+def slo_met(df: pd.DataFrame, ttft_slo: dict[str, float], tpot_slo: float | None) -> pd.Series:
+    ok = df["status"].eq("finished")
+    if ttft_slo:
+        limit = df["modality"].map(ttft_slo).astype(float)
+        ok &= ~(df["ttft_s"] > limit)  # NaN limit: no TTFT SLO for that modality
+    if tpot_slo is not None:
+        ok &= ~(df["tpot_s"] > tpot_slo)
+    return ok
+
+
+def _latency_blocks(df: pd.DataFrame) -> dict:
+    done = df[df["status"].eq("finished")]
+    return {name: latency_stats(done[name]) for name in LATENCIES}
+
+
+def summarize(
+    df: pd.DataFrame,
+    *,
+    gpu_busy_s: list[float],
+    end_at: float,
+    ttft_slo: dict[str, float],
+    tpot_slo: float | None,
+    num_preemptions: int,
+) -> dict:
+    finished = df["status"].eq("finished")
+    start = float(df["arrived_at"].min()) if len(df) else 0.0
+    last = float(df.loc[finished, "finished_at"].max()) if finished.any() else start
+    stop = end_at if (~finished & ~df["status"].eq("rejected")).any() else last
+    window = max(stop - start, 0.0)
+    met = slo_met(df, ttft_slo, tpot_slo)
+
+    def rate(x: float) -> float | None:
+        return x / window if window > 0 else None
+
+    summary = {
+        "num_requests": int(len(df)),
+        "num_finished": int(finished.sum()),
+        "num_rejected": int(df["status"].eq("rejected").sum()),
+        "num_unfinished": int(df["status"].eq("unfinished").sum()),
+        "window_s": window,
+        **_latency_blocks(df),
+        "throughput": {
+            "requests_per_s": rate(float(finished.sum())),
+            "input_tokens_per_s": rate(float(df.loc[finished, "num_prompt_tokens"].sum())),
+            "output_tokens_per_s": rate(float(df.loc[finished, "num_output_tokens"].sum())),
+        },
+        "goodput_requests_per_s": rate(float(met.sum())),
+        "slo_attainment": float(met.mean()) if len(df) else None,
+        "gpu_utilization": {
+            "per_gpu": [min(b / window, 1.0) if window > 0 else 0.0 for b in gpu_busy_s],
+            "mean": (sum(min(b / window, 1.0) for b in gpu_busy_s) / len(gpu_busy_s))
+            if window > 0 and gpu_busy_s else 0.0,
+        },
+        "num_preemptions": int(num_preemptions),
+        "by_modality": {},
+    }
+    for modality, part in df.groupby("modality", sort=True):
+        summary["by_modality"][str(modality)] = {
+            "num_requests": int(len(part)),
+            "num_finished": int(part["status"].eq("finished").sum()),
+            **_latency_blocks(part),
+            "slo_attainment": float(met[part.index].mean()),
+        }
+    return summary
+
+
+def clean_json(obj):
+    """Replace NaN/inf floats by None so ``summary.json`` is valid JSON."""
+    if isinstance(obj, dict):
+        return {k: clean_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean_json(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj

@@ -1,0 +1,314 @@
+"""Scenario YAML -> validated :class:`Scenario`.
+
+Every key is declared once, here or in the config class of the component it
+configures (workload, policies), with ``extra="forbid"`` and a discriminated
+union for every ``kind:``. Loading goes:
+
+1. read the YAML mapping, apply ``--set dotted.key=value`` overrides;
+2. lay it over the named ``system`` preset (the preset supplies defaults, the
+   scenario wins; a sub-mapping whose ``kind`` differs from the preset's
+   replaces it whole);
+3. validate; the first problem becomes one :class:`UserError` naming the
+   dotted key.
+
+Catalog names (model, GPU, interconnect) and the memory fit are checked when
+the run is built (:mod:`lmmsim.build`), where the catalogs are at hand.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import typing
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, model_validator
+
+from lmmsim import policies
+from lmmsim.errors import UserError, choices
+from lmmsim.policies.queueing import FcfsConfig
+from lmmsim.policies.routing import RoundRobinConfig
+from lmmsim.systems import get_system
+from lmmsim.workload.config import WorkloadConfig
+from lmmsim.workload.request import MODALITIES
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class HardwareConfig(_Strict):
+    gpu: str
+    count: PositiveInt = 1
+    interconnect: str = "nvlink"
+
+
+class MonolithicDeployment(_Strict):
+    """Encoder, prefill and decode in one engine per replica (vLLM style)."""
+
+    kind: Literal["monolithic"] = "monolithic"
+    replicas: PositiveInt = 1
+    tp: PositiveInt = 1
+    # Pipeline parallelism needs per-stage servers; only pp: 1 is modelled so far.
+    pp: Literal[1] = 1
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    block_size: PositiveInt = 16
+    max_model_len: PositiveInt | None = None  # default: the model's max context
+    activation_reserve_gib: float | None = Field(None, ge=0)  # default: estimated (lmmsim.build)
+
+
+DeploymentConfig = Annotated[Union[MonolithicDeployment], Field(discriminator="kind")]
+
+
+class ChunkedPrefillConfig(_Strict):
+    """Continuous batching with chunked prefill (vLLM v1 / Sarathi-Serve)."""
+
+    kind: Literal["chunked_prefill"] = "chunked_prefill"
+    token_budget: PositiveInt = 2048
+    max_running: PositiveInt = 256
+    # Per-step encoder budget in LLM tokens; default = token_budget, and never
+    # below the largest media item (as vLLM raises it).
+    encoder_budget_tokens: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _running_fits_budget(self):
+        if self.max_running > self.token_budget:
+            raise ValueError(
+                f"max_running ({self.max_running}) must be <= token_budget ({self.token_budget}): "
+                "every running request must get its decode token each step"
+            )
+        return self
+
+
+BatchingConfig = Annotated[Union[ChunkedPrefillConfig], Field(discriminator="kind")]
+
+
+@functools.lru_cache(maxsize=1)
+def _policy_config_cls():
+    # Built lazily so policies registered by plugins are part of the union.
+    class PolicyConfig(_Strict):
+        queue: policies.config_union("queue") = FcfsConfig()  # type: ignore[valid-type]
+        batching: BatchingConfig = ChunkedPrefillConfig()
+        router: policies.config_union("router") = RoundRobinConfig()  # type: ignore[valid-type]
+
+    return PolicyConfig
+
+
+class SloConfig(_Strict):
+    """Service-level objectives. ``ttft_s``: one bound, or one per modality
+    (a modality left out has no TTFT bound)."""
+
+    ttft_s: PositiveFloat | dict[Literal[MODALITIES], PositiveFloat] | None = None  # type: ignore[valid-type]
+    tpot_s: PositiveFloat | None = None
+
+    def ttft_by_modality(self) -> dict[str, float]:
+        if self.ttft_s is None:
+            return {}
+        if isinstance(self.ttft_s, dict):
+            return dict(self.ttft_s)
+        return {m: float(self.ttft_s) for m in MODALITIES}
+
+
+class SimConfig(_Strict):
+    horizon_s: PositiveFloat | None = None  # stop the clock here; later requests are reported unfinished
+    fast_forward: bool = True  # apply decode-only stretches as one event (exact)
+
+
+@functools.lru_cache(maxsize=1)
+def scenario_cls():
+    PolicyConfig = _policy_config_cls()
+
+    class Scenario(_Strict):
+        name: str = "scenario"
+        seed: int = Field(0, ge=0)
+        system: str = "vllm"
+        model: str
+        hardware: HardwareConfig
+        deployment: DeploymentConfig = MonolithicDeployment()
+        policy: PolicyConfig = PolicyConfig()
+        workload: WorkloadConfig
+        slo: SloConfig = SloConfig()
+        sim: SimConfig = SimConfig()
+
+    return Scenario
+
+
+# ------------------------------------------------------------------- overrides
+def apply_override(raw: dict, assignment: str) -> None:
+    """Apply one ``dotted.key=value`` (value parsed as YAML) to ``raw`` in place.
+
+    ``key=null`` removes the key, so its default (or the system preset's) applies.
+    """
+    if "=" not in assignment:
+        raise UserError("--set", f"expected dotted.key=value, got {assignment!r}")
+    dotted, _, text = assignment.partition("=")
+    keys = dotted.strip().split(".")
+    if not all(keys):
+        raise UserError("--set", f"bad key {dotted!r}")
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        value = text
+    node = raw
+    for i, key in enumerate(keys[:-1]):
+        if isinstance(node, list):
+            node = node[_list_index(node, key, keys[: i + 1])]
+            continue
+        if not isinstance(node.get(key), (dict, list)):
+            node[key] = {}
+        node = node[key]
+    last = keys[-1]
+    if isinstance(node, list):
+        node[_list_index(node, last, keys)] = value
+    elif value is None:
+        node.pop(last, None)  # null removes the key: its default applies
+    else:
+        node[last] = value
+
+
+def _list_index(node: list, key: str, path: list[str]) -> int:
+    if not key.isdigit() or int(key) >= len(node):
+        raise UserError("--set", f"{'.'.join(path)}: list index must be 0..{len(node) - 1}")
+    return int(key)
+
+
+def merge_over_preset(preset: dict, raw: dict) -> dict:
+    """``raw`` laid over ``preset``; a mapping whose ``kind`` differs replaces the preset's."""
+    out = copy.deepcopy(preset)
+    for key, value in raw.items():
+        base = out.get(key)
+        if (
+            isinstance(base, dict)
+            and isinstance(value, dict)
+            and not ("kind" in value and "kind" in base and value["kind"] != base["kind"])
+        ):
+            out[key] = merge_over_preset(base, value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+# ------------------------------------------------------------------ validation
+_TYPE_TAGS = {"float", "int", "str", "bool", "none", "list", "dict", "constrained", "literal", "json"}
+
+
+def _error_path(loc: tuple, data) -> str:
+    """Dotted key of a pydantic error location, without union member tags."""
+    parts: list[str] = []
+    for elem in loc:
+        if isinstance(data, dict) and elem in data:
+            data = data[elem]
+            parts.append(str(elem))
+        elif isinstance(data, list) and isinstance(elem, int) and elem < len(data):
+            data = data[elem]
+            parts.append(str(elem))
+        elif isinstance(data, dict) and data.get("kind") == elem:
+            continue  # discriminated-union tag
+        elif isinstance(elem, str) and ("[" in elem or elem.split("-")[0] in _TYPE_TAGS or elem.startswith("function")):
+            continue  # member name of a plain union
+        else:
+            parts.append(str(elem))
+            data = None
+    return ".".join(parts)
+
+
+def _fields_at(cls, path: list[str], data) -> list[str] | None:
+    """Field names of the config class at ``path`` (for 'valid keys' hints)."""
+    for key in path:
+        if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or key not in cls.model_fields:
+            return None
+        data = data.get(key) if isinstance(data, dict) else None
+        cls = _resolve_model(cls.model_fields[key].annotation, data)
+    if isinstance(cls, type) and issubclass(cls, BaseModel):
+        return list(cls.model_fields)
+    return None
+
+
+def _resolve_model(ann, data):
+    """The BaseModel class an annotation stands for, given the data it validates."""
+    origin = typing.get_origin(ann)
+    if origin is Annotated:
+        return _resolve_model(typing.get_args(ann)[0], data)
+    if origin in (Union, getattr(__import__("types"), "UnionType", Union)):
+        members = [a for a in typing.get_args(ann) if isinstance(a, type) and issubclass(a, BaseModel)]
+        for m in members:
+            kind = m.model_fields.get("kind")
+            if kind is not None and isinstance(data, dict) and data.get("kind") == kind.default:
+                return m
+        return members[0] if len(members) == 1 else None
+    if isinstance(ann, type) and issubclass(ann, BaseModel):
+        return ann
+    return None
+
+
+def _describe_error(err: dict, data) -> UserError:
+    path = _error_path(err["loc"], data)
+    etype = err["type"]
+    if etype == "extra_forbidden":
+        parent, _, key = path.rpartition(".")
+        valid = _fields_at(scenario_cls(), parent.split(".") if parent else [], data)
+        hint = f"; valid keys: {choices(valid)}" if valid else ""
+        return UserError(path, f"unknown key {key!r}{hint}")
+    if etype == "missing":
+        return UserError(path, "required key is missing")
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    if etype == "union_tag_invalid":
+        ctx = err.get("ctx", {})
+        return UserError(path + ".kind", f"unknown kind {ctx.get('tag')!r}; valid: {ctx.get('expected_tags')}")
+    if etype == "union_tag_not_found":
+        return UserError(path, f"needs a 'kind' key ({msg})")
+    got = err.get("input")
+    shown = "" if isinstance(got, (dict, list)) or etype.startswith("value_error") else f" (got {got!r})"
+    return UserError(path, f"{msg[0].lower()}{msg[1:]}{shown}")
+
+
+def validate_scenario(raw: dict):
+    """Validate a raw scenario mapping (system preset applied here)."""
+    if not isinstance(raw, dict):
+        raise UserError("scenario", "must be a YAML mapping of keys")
+    system = raw.get("system", "vllm")
+    preset = get_system(system)
+    merged = merge_over_preset(preset.defaults, raw)
+    merged.setdefault("system", system)
+    try:
+        return scenario_cls().model_validate(merged)
+    except ValidationError as exc:
+        # Among a union's alternatives the deepest location is the most specific complaint.
+        errors = exc.errors()
+        best = max(errors, key=lambda e: len(_error_path(e["loc"], merged).split(".")))
+        raise _describe_error(best, merged) from None
+
+
+def load_scenario(path: str | Path, overrides: list[str] = ()):
+    """Read, override and validate a scenario file. Returns ``(scenario, base_dir)``;
+    relative paths inside the scenario (traces, empirical lengths) are relative
+    to ``base_dir``, the scenario file's folder."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise UserError(str(path), "scenario file not found") from None
+    except OSError as exc:
+        raise UserError(str(path), f"cannot read: {exc.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark else str(path)
+        raise UserError(where, f"not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise UserError(str(path), "a scenario must be a YAML mapping of keys")
+    for assignment in overrides:
+        apply_override(raw, assignment)
+    return validate_scenario(raw), path.resolve().parent
+
+
+def dump_scenario(scenario) -> str:
+    """The fully resolved scenario as YAML (defaults included)."""
+    return yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False)

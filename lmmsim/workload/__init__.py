@@ -1,0 +1,1 @@
+"""Workload generation: arrivals, request mixes, media token rules, traces."""

@@ -1,0 +1,157 @@
+"""The scenario's ``workload:`` section: how many requests, when, and what they carry.
+
+Plain validated data (pydantic, unknown keys rejected, immutable);
+:func:`lmmsim.workload.generator.generate_requests` turns it into requests.
+Error messages are written to follow their key, e.g.
+``workload.mix.2.weight: must be > 0``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from lmmsim.workload.arrivals import (
+    ArrivalProcess,
+    DeterministicArrival,
+    GammaArrival,
+    PoissonArrival,
+    TraceArrival,
+)
+from lmmsim.workload.distributions import (
+    EmpiricalDist,
+    FixedDist,
+    LengthDist,
+    LognormalDist,
+    NormalDist,
+    PositiveCount,
+    PositiveNumber,
+    StrictModel,
+    UniformDist,
+)
+
+__all__ = [
+    "ArrivalProcess",
+    "AudioSpec",
+    "DeterministicArrival",
+    "EmpiricalDist",
+    "FixedDist",
+    "GammaArrival",
+    "ImageSpec",
+    "LengthDist",
+    "LognormalDist",
+    "MixClass",
+    "NormalDist",
+    "PoissonArrival",
+    "TraceArrival",
+    "UniformDist",
+    "VideoSpec",
+    "WorkloadConfig",
+]
+
+
+def _error(message: str) -> PydanticCustomError:
+    # No context given, so pydantic leaves braces in the message alone.
+    return PydanticCustomError("value_error", message)
+
+
+class ImageSpec(StrictModel):
+    """``count`` images of ``width`` x ``height`` pixels in each request."""
+
+    count: PositiveCount = 1
+    width: PositiveCount
+    height: PositiveCount
+
+
+class VideoSpec(StrictModel):
+    """One video of ``frames`` sampled frames, each ``width`` x ``height`` pixels."""
+
+    frames: PositiveCount
+    width: PositiveCount
+    height: PositiveCount
+
+
+class AudioSpec(StrictModel):
+    """One audio clip; ``seconds`` is a number or a length distribution (drawn as floats)."""
+
+    seconds: LengthDist
+
+    @field_validator("seconds", mode="before")
+    @classmethod
+    def _number_is_fixed(cls, v):
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return {"kind": "fixed", "value": v}
+        return v
+
+
+class MixClass(StrictModel):
+    """One request class of the mix, drawn with probability ``weight / sum(weights)``.
+
+    ``layout`` orders the prompt: ``media_first`` puts every media item before
+    the text run, ``text_first`` the text run before the media.
+    ``output_tokens`` overrides the workload-wide default for this class.
+    """
+
+    name: str = Field(min_length=1)
+    weight: PositiveNumber
+    text_tokens: LengthDist
+    images: ImageSpec | None = None
+    video: VideoSpec | None = None
+    audio: AudioSpec | None = None
+    output_tokens: LengthDist | None = None
+    layout: Literal["media_first", "text_first"] = "media_first"
+
+
+class WorkloadConfig(StrictModel):
+    """Request count or duration, arrival process, request mix and default output length.
+
+    Synthetic arrivals need exactly one of ``num_requests`` (generate that many)
+    and ``duration_s`` (generate arrivals before that time). A ``trace``
+    arrival takes the requests from its file: ``mix`` stays empty, and
+    ``num_requests`` / ``duration_s`` optionally cap how much of it is replayed.
+    """
+
+    num_requests: PositiveCount | None = None
+    duration_s: PositiveNumber | None = None
+    # ``arrival`` is declared before ``mix`` so the mix validator can see it.
+    arrival: ArrivalProcess
+    mix: list[MixClass] = Field(default_factory=list, validate_default=True)
+    output_tokens: LengthDist = FixedDist(value=128)
+
+    @field_validator("mix")
+    @classmethod
+    def _check_mix(cls, mix: list[MixClass], info: ValidationInfo) -> list[MixClass]:
+        arrival = info.data.get("arrival")  # absent when arrival itself failed
+        if isinstance(arrival, TraceArrival):
+            if mix:
+                raise _error("must be empty with a trace arrival (the trace file gives each request's contents)")
+            return mix
+        if arrival is not None and not mix:
+            raise _error("must list at least one request class")
+        seen: set[str] = set()
+        for cls_ in mix:
+            if cls_.name in seen:
+                raise _error(f"class names must be unique; {cls_.name!r} appears more than once")
+            seen.add(cls_.name)
+        return mix
+
+    # Runs only when the key is given (pydantic does not validate defaults), so
+    # it flags an explicit output_tokens that a trace would silently ignore.
+    @field_validator("output_tokens")
+    @classmethod
+    def _unused_with_trace(cls, v, info: ValidationInfo):
+        if isinstance(info.data.get("arrival"), TraceArrival):
+            raise _error("not used with a trace arrival (the trace file gives each request's output_tokens)")
+        return v
+
+    @model_validator(mode="after")
+    def _check_size(self):
+        if isinstance(self.arrival, TraceArrival):
+            return self
+        if self.num_requests is None and self.duration_s is None:
+            raise _error("give one of num_requests or duration_s")
+        if self.num_requests is not None and self.duration_s is not None:
+            raise _error("give num_requests or duration_s, not both")
+        return self

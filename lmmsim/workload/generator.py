@@ -1,0 +1,128 @@
+"""Turn a :class:`WorkloadConfig` into the request list a run replays.
+
+Randomness: one ``numpy.random.SeedSequence(seed)`` is spawned into
+independent streams, one per purpose (:data:`STREAMS`). Each stream is drawn
+in a fixed order, so the same config and seed give the same requests, and
+changing one aspect leaves the others alone: editing the mix, say, does not
+move arrival times, and changing the output lengths does not change prompts.
+
+Everything random is drawn vectorised per class; the per-request loop only
+assembles segments and builds :class:`Request` objects. Media items come from
+the model's token rules through a :class:`MediaFactory`, which computes each
+distinct shape once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import numpy as np
+
+from lmmsim.errors import UserError
+from lmmsim.workload.arrivals import TraceArrival
+from lmmsim.workload.config import MixClass, WorkloadConfig
+from lmmsim.workload.request import MediaItem, Request, build_segments, request_modality
+from lmmsim.workload.trace import MediaFactory, read_trace
+
+#: Independent random streams, in spawn order (append only: reordering changes every run).
+STREAMS = ("arrivals", "classes", "text", "output", "media")
+
+#: Prefix of the scenario keys named in errors.
+CONFIG_KEY = "workload"
+
+#: Sampled audio durations are rounded to this many decimals of a second
+#: (10 ms, Whisper's frame hop), which bounds the distinct clips the token rules see.
+AUDIO_DECIMALS = 2
+
+
+def generate_requests(cfg: WorkloadConfig, model, seed: int, base_dir: Path = Path(".")) -> list[Request]:
+    """Requests for ``model``, ids ``0..n-1`` in arrival order.
+
+    ``base_dir`` resolves relative file paths (trace, empirical
+    distributions), normally the scenario file's folder. Raises
+    :class:`UserError` keyed ``workload.mix.<i>.<medium>`` when the model does
+    not take a medium a class asks for, even if that class draws no request.
+    """
+    base_dir = Path(base_dir)
+    if isinstance(cfg.arrival, TraceArrival):
+        return _replay_trace(cfg, model, base_dir)
+
+    rngs = dict(zip(STREAMS, (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(len(STREAMS)))))
+    times = cfg.arrival.times(rngs["arrivals"], cfg.num_requests, cfg.duration_s)
+    n = len(times)
+    factory = MediaFactory(model)
+
+    mix = cfg.mix
+    fixed_media = [_fixed_media(k, c, factory) for k, c in enumerate(mix)]
+    weights = np.array([c.weight for c in mix], dtype=np.float64)
+    class_of = rngs["classes"].choice(len(mix), size=n, p=weights / weights.sum())
+
+    text_tokens = np.empty(n, dtype=np.int64)
+    output_tokens = np.empty(n, dtype=np.int64)
+    audio: list[MediaItem | None] = [None] * n
+    modality = []
+    for k, c in enumerate(mix):
+        members = np.flatnonzero(class_of == k)
+        text_tokens[members] = c.text_tokens.sample(rngs["text"], len(members), base_dir)
+        out_dist = c.output_tokens if c.output_tokens is not None else cfg.output_tokens
+        output_tokens[members] = out_dist.sample(rngs["output"], len(members), base_dir)
+        probe = ()
+        if c.audio is not None:
+            probe = (_audio_items(k, c, factory, rngs["media"], members, audio, base_dir),)
+        modality.append(request_modality(fixed_media[k] + probe))
+
+    # Plain Python values from here: numpy scalars are slow to index and would
+    # leak into Request fields.
+    names = [c.name for c in mix]
+    media_first = [c.layout == "media_first" for c in mix]
+    requests = []
+    for i, (at, k, text, out, clip) in enumerate(
+        zip(times.tolist(), class_of.tolist(), text_tokens.tolist(), output_tokens.tolist(), audio)
+    ):
+        media = fixed_media[k] if clip is None else (*fixed_media[k], clip)
+        parts = [*media, text] if media_first[k] else [text, *media]
+        requests.append(Request(i, at, modality[k], names[k], build_segments(parts), out))
+    return requests
+
+
+def _fixed_media(k: int, c: MixClass, factory: MediaFactory) -> tuple[MediaItem, ...]:
+    """The class's images and video (same shape in every request), in prompt order."""
+    items: tuple[MediaItem, ...] = ()
+    with _rekey(f"{CONFIG_KEY}.mix.{k}.images"):
+        if c.images is not None:
+            items += (factory.image(c.images.width, c.images.height),) * c.images.count
+    with _rekey(f"{CONFIG_KEY}.mix.{k}.video"):
+        if c.video is not None:
+            items += (factory.video(c.video.frames, c.video.width, c.video.height),)
+    return items
+
+
+def _audio_items(k, c, factory, rng, members, out, base_dir) -> MediaItem:
+    """Draw one audio clip per member of class ``k`` into ``out``; return a
+    representative item (so unsupported audio fails even with no members)."""
+    seconds = c.audio.seconds.sample_float(rng, len(members), base_dir)
+    seconds = np.maximum(np.round(seconds, AUDIO_DECIMALS), 10.0**-AUDIO_DECIMALS)
+    with _rekey(f"{CONFIG_KEY}.mix.{k}.audio"):
+        probe = factory.audio(float(seconds[0]) if len(seconds) else 1.0)
+        for j, s in zip(members.tolist(), seconds.tolist()):
+            out[j] = factory.audio(s)
+    return probe
+
+
+@contextlib.contextmanager
+def _rekey(key: str):
+    """Re-raise a model's UserError (an unsupported medium) under a scenario key."""
+    try:
+        yield
+    except UserError as exc:
+        raise UserError(key, exc.message) from None
+
+
+def _replay_trace(cfg: WorkloadConfig, model, base_dir: Path) -> list[Request]:
+    arrival = cfg.arrival
+    requests = read_trace(base_dir / arrival.path, model, speedup=arrival.speedup, limit=cfg.num_requests)
+    if cfg.duration_s is not None:
+        # Timestamps are non-decreasing, so this keeps a prefix and ids stay 0..n-1.
+        requests = [r for r in requests if r.arrived_at < cfg.duration_s]
+    return requests

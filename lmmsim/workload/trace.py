@@ -1,0 +1,350 @@
+"""Request traces: read a file of timed requests, or write one out.
+
+A trace row describes a request by its media, not by token counts, so one
+trace replays on any model that takes those media: the model's token rules
+turn each media description into a :class:`MediaItem` on reading.
+
+Formats, chosen by suffix:
+
+``.jsonl``
+    One JSON object per line, e.g.
+    ``{"timestamp": 0.25, "text_tokens": 80, "output_tokens": 128,
+    "media": [{"type": "image", "width": 1024, "height": 768}]}``
+``.csv``
+    A header row, then one request per row; ``media`` holds the same JSON
+    list as a string (empty for none).
+
+Fields (those without a default are required):
+
+=============  ==================================================================
+timestamp      arrival time in seconds, >= 0, non-decreasing down the file
+text_tokens    prompt text tokens, int >= 0
+output_tokens  tokens to generate, int >= 1
+media          list of ``{"type": "image", "width", "height"}``,
+               ``{"type": "video", "frames", "width", "height"}``,
+               ``{"type": "audio", "seconds"}``; default none
+modality       text | image | video | audio; must match the media (video >
+               image > audio > text); derived when absent
+class_name     default ``"trace"``
+layout         ``media_first`` (default) or ``text_first``
+=============  ==================================================================
+
+Requests are numbered 0, 1, ... in file order. Every problem in a row raises
+:class:`UserError` keyed ``"<path>:<line>"`` (1-based, the CSV header being
+line 1). Timestamps are written with ``repr`` so a written trace reads back
+exactly.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from pathlib import Path
+
+from lmmsim.errors import UserError, choices
+from lmmsim.workload.request import MODALITIES, MediaItem, Request, build_segments, request_modality
+
+FIELDS = ("timestamp", "modality", "text_tokens", "media", "output_tokens", "class_name", "layout")
+REQUIRED = ("timestamp", "text_tokens", "output_tokens")
+LAYOUTS = ("media_first", "text_first")
+DEFAULT_CLASS = "trace"
+
+# Media type -> the fields that describe it, in the order the model's
+# ``<type>_item`` method takes them; this tuple is also the item's ``source``.
+MEDIA_FIELDS = {
+    "image": ("width", "height"),
+    "video": ("frames", "width", "height"),
+    "audio": ("seconds",),
+}
+
+
+# -------------------------------------------------------------- media items
+class MediaFactory:
+    """Memoised ``model.<type>_item(...)`` calls.
+
+    Token rules are pure functions of the media shape, and a workload repeats a
+    few shapes thousands of times, so each shape is computed once. Returned
+    items carry ``source`` = the describing values in :data:`MEDIA_FIELDS`
+    order, which is what :func:`write_trace` writes back. A model that does not
+    take a medium raises :class:`UserError`; callers re-key it to their input.
+    """
+
+    def __init__(self, model):
+        self.model = model
+        self._cache: dict[tuple, MediaItem] = {}
+
+    def image(self, width: int, height: int) -> MediaItem:
+        return self.get("image", (int(width), int(height)))
+
+    def video(self, frames: int, width: int, height: int) -> MediaItem:
+        return self.get("video", (int(frames), int(width), int(height)))
+
+    def audio(self, seconds: float) -> MediaItem:
+        return self.get("audio", (float(seconds),))
+
+    def get(self, kind: str, shape: tuple) -> MediaItem:
+        key = (kind, *shape)
+        item = self._cache.get(key)
+        if item is None:
+            item = getattr(self.model, f"{kind}_item")(*shape)
+            if item.source != shape:
+                item = MediaItem(item.modality, item.num_llm_tokens, item.encoder, shape)
+            self._cache[key] = item
+        return item
+
+
+def media_description(item: MediaItem) -> dict:
+    """The trace form of a media item, e.g. ``{"type": "image", "width": 1024, "height": 768}``."""
+    names = MEDIA_FIELDS.get(item.modality)
+    if names is None or len(item.source) != len(names):
+        raise ValueError(
+            f"{item.modality} item has source {item.source!r}; a trace needs {names} "
+            "(build items with MediaFactory)"
+        )
+    return {"type": item.modality, **dict(zip(names, item.source))}
+
+
+# ------------------------------------------------------------------- reading
+class _RowError(Exception):
+    """A problem in one row; turned into a UserError keyed by file and line."""
+
+
+def _number(name: str, value) -> float:
+    if isinstance(value, str):
+        try:
+            x = float(value.strip())
+        except ValueError:
+            raise _RowError(f"{name}: not a number: {value!r}") from None
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        x = float(value)
+    else:
+        raise _RowError(f"{name}: expected a number, got {value!r}")
+    if not math.isfinite(x):
+        raise _RowError(f"{name}: must be a finite number, got {value!r}")
+    return x
+
+
+def _integer(name: str, value, minimum: int) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    else:
+        x = _number(name, value)
+        if not x.is_integer():
+            raise _RowError(f"{name}: expected a whole number, got {value!r}")
+        n = int(x)
+    if n < minimum:
+        raise _RowError(f"{name}: must be >= {minimum}, got {value!r}")
+    return n
+
+
+def _parse_media(value, factory: MediaFactory) -> list[MediaItem]:
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise _RowError(f"media: invalid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(value, list):
+        raise _RowError(f"media: expected a list of media objects, got {value!r}")
+    items = []
+    for k, desc in enumerate(value):
+        where = f"media[{k}]"
+        if not isinstance(desc, dict):
+            raise _RowError(f"{where}: expected an object like {{\"type\": \"image\", ...}}, got {desc!r}")
+        kind = desc.get("type")
+        if not isinstance(kind, str) or kind not in MEDIA_FIELDS:
+            raise _RowError(f"{where}.type: expected one of {choices(MEDIA_FIELDS)}, got {kind!r}")
+        names = MEDIA_FIELDS[kind]
+        extra = set(desc) - {"type", *names}
+        if extra:
+            raise _RowError(f"{where}: unknown key {sorted(extra)[0]!r} for {kind} (keys: {choices(names)})")
+        missing = [n for n in names if n not in desc]
+        if missing:
+            raise _RowError(f"{where}: {kind} needs {missing[0]!r}")
+        try:
+            if kind == "audio":
+                seconds = _number(f"{where}.seconds", desc["seconds"])
+                if seconds <= 0:
+                    raise _RowError(f"{where}.seconds: must be > 0, got {desc['seconds']!r}")
+                items.append(factory.audio(seconds))
+            else:
+                shape = tuple(_integer(f"{where}.{n}", desc[n], 1) for n in names)
+                items.append(factory.get(kind, shape))
+        except UserError as exc:  # the model does not take this medium
+            raise _RowError(f"{where}: {exc.message}") from None
+    return items
+
+
+def _build_request(row: dict, request_id: int, speedup: float, factory: MediaFactory) -> tuple[float, Request]:
+    """Validate one row (a field -> value dict, CSV strings or JSON values)."""
+    unknown = [k for k in row if k not in FIELDS]
+    if unknown:
+        raise _RowError(f"unknown field {unknown[0]!r} (fields: {choices(FIELDS)})")
+    for name in REQUIRED:
+        if row.get(name) in (None, ""):
+            raise _RowError(f"missing {name}")
+
+    timestamp = _number("timestamp", row["timestamp"])
+    if timestamp < 0:
+        raise _RowError(f"timestamp: must be >= 0, got {row['timestamp']!r}")
+    text_tokens = _integer("text_tokens", row["text_tokens"], 0)
+    output_tokens = _integer("output_tokens", row["output_tokens"], 1)
+    items = _parse_media(row.get("media"), factory)
+
+    derived = request_modality(items)
+    modality = row.get("modality") or derived
+    if modality not in MODALITIES:
+        raise _RowError(f"modality: expected one of {choices(MODALITIES)}, got {modality!r}")
+    if modality != derived:
+        raise _RowError(f"modality: {modality!r} does not match the media (which make it {derived!r})")
+
+    layout = row.get("layout") or "media_first"
+    if layout not in LAYOUTS:
+        raise _RowError(f"layout: expected one of {choices(LAYOUTS)}, got {layout!r}")
+    class_name = row.get("class_name") or DEFAULT_CLASS
+    if not isinstance(class_name, str):
+        raise _RowError(f"class_name: expected a string, got {class_name!r}")
+
+    parts = [*items, text_tokens] if layout == "media_first" else [text_tokens, *items]
+    segments = build_segments(parts)
+    if not segments:
+        raise _RowError("empty prompt: text_tokens is 0 and there is no media")
+    request = Request(request_id, timestamp / speedup, modality, class_name, segments, output_tokens)
+    return timestamp, request
+
+
+def _jsonl_rows(fh):
+    """Yield (line number, field dict) for each non-blank line."""
+    for line_no, line in enumerate(fh, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            yield line_no, _RowError(f"invalid JSON ({exc.msg} at column {exc.colno})")
+            continue
+        if not isinstance(row, dict):
+            yield line_no, _RowError("expected a JSON object {...}")
+            continue
+        yield line_no, row
+
+
+def _csv_rows(fh):
+    """Yield (line number, field dict) for each non-blank row after the header."""
+    reader = csv.reader(fh)
+    header = next(reader, None)
+    if header is None:
+        yield 1, _RowError("empty file: expected a header row")
+        return
+    header = [h.strip() for h in header]
+    bad = [h for h in header if h not in FIELDS]
+    if bad:
+        yield 1, _RowError(f"unknown column {bad[0]!r} (columns: {choices(FIELDS)})")
+        return
+    missing = [h for h in REQUIRED if h not in header]
+    if missing:
+        yield 1, _RowError(f"missing column {missing[0]!r}")
+        return
+    end = reader.line_num
+    for cells in reader:
+        # A quoted cell may span lines; report the line the record starts on.
+        start, end = end + 1, reader.line_num
+        if not cells or cells == [""]:
+            continue
+        if len(cells) != len(header):
+            yield start, _RowError(f"expected {len(header)} columns, got {len(cells)}")
+            continue
+        yield start, dict(zip(header, cells))
+
+
+def read_trace(path: Path, model, speedup: float = 1.0, limit: int | None = None) -> list[Request]:
+    """Read a ``.jsonl`` or ``.csv`` trace into requests for ``model``.
+
+    Arrival times are ``timestamp / speedup``; reading stops after ``limit``
+    requests (rows past it are not checked). Raises :class:`UserError` for a
+    missing file, an unknown suffix, an empty trace or any malformed row.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".jsonl", ".csv"):
+        raise UserError(str(path), f"unknown trace format {path.suffix!r}; use a .jsonl or .csv file")
+    if not speedup > 0:
+        raise ValueError(f"speedup must be > 0, got {speedup}")
+    factory = MediaFactory(model)
+    requests: list[Request] = []
+    last = 0.0
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            rows = _jsonl_rows(fh) if suffix == ".jsonl" else _csv_rows(fh)
+            for line_no, row in rows:
+                if limit is not None and len(requests) >= limit:
+                    break
+                try:
+                    if isinstance(row, _RowError):
+                        raise row
+                    timestamp, request = _build_request(row, len(requests), speedup, factory)
+                    if timestamp < last:
+                        raise _RowError(f"timestamp {timestamp!r} is before the previous row's {last!r}")
+                except _RowError as exc:
+                    raise UserError(f"{path}:{line_no}", str(exc)) from None
+                last = timestamp
+                requests.append(request)
+    except FileNotFoundError:
+        raise UserError(str(path), "trace file not found") from None
+    except UnicodeDecodeError:
+        raise UserError(str(path), "trace file is not UTF-8 text") from None
+    except OSError as exc:
+        raise UserError(str(path), f"cannot read trace file ({exc.strerror})") from None
+    if not requests and limit != 0:
+        raise UserError(str(path), "trace file has no requests")
+    return requests
+
+
+# ------------------------------------------------------------------- writing
+def _layout(request: Request) -> str:
+    """``media_first`` or ``text_first``; a prompt that is neither cannot be written."""
+    kinds = "".join("m" if s.item is not None else "t" for s in request.segments)
+    if re.fullmatch(r"m*t?", kinds):
+        return "media_first"
+    if re.fullmatch(r"tm+", kinds):
+        return "text_first"
+    raise ValueError(
+        f"request {request.request_id}: prompt interleaves text and media ({kinds}); "
+        "a trace row holds only media_first or text_first prompts"
+    )
+
+
+def _row(request: Request) -> dict:
+    return {
+        "timestamp": float(request.arrived_at),
+        "modality": request.modality,
+        "text_tokens": request.num_text_tokens,
+        "media": [media_description(s.item) for s in request.media_segments],
+        "output_tokens": request.num_output_tokens,
+        "class_name": request.class_name,
+        "layout": _layout(request),
+    }
+
+
+def write_trace(requests: list[Request], path: Path) -> None:
+    """Write requests as a ``.jsonl`` or ``.csv`` trace that :func:`read_trace` reads back equal."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".jsonl", ".csv"):
+        raise UserError(str(path), f"unknown trace format {path.suffix!r}; use a .jsonl or .csv file")
+    rows = [_row(r) for r in requests]  # validate everything before touching the file
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        if suffix == ".jsonl":
+            # json writes floats with repr, the shortest exact round trip.
+            for row in rows:
+                fh.write(json.dumps(row) + "\n")
+        else:
+            writer = csv.writer(fh, lineterminator="\n")
+            writer.writerow(FIELDS)
+            for row in rows:
+                media = json.dumps(row["media"], separators=(",", ":")) if row["media"] else ""
+                cells = {**row, "timestamp": repr(row["timestamp"]), "media": media}
+                writer.writerow([cells[f] for f in FIELDS])
