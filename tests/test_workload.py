@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from pathlib import Path
 
 import numpy as np
@@ -374,12 +373,3 @@ def test_trace_arrival_replays_file(tmp_path):
     cutoff = original[20].arrived_at
     cfg = WorkloadConfig.model_validate({"arrival": {"kind": "trace", "path": "t.jsonl"}, "duration_s": cutoff})
     assert generate_requests(cfg, FakeModel(), seed=0, base_dir=tmp_path) == original[:20]
-
-
-def test_generation_is_fast():
-    cfg = workload(num_requests=10_000)
-    generate_requests(cfg, FakeModel(), seed=0)  # warm imports
-    start = time.perf_counter()
-    reqs = generate_requests(cfg, FakeModel(), seed=1)
-    assert len(reqs) == 10_000
-    assert time.perf_counter() - start < 0.5

@@ -1,0 +1,33 @@
+"""Every shipped scenario validates and runs (on a shortened workload)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lmmsim.results import run_scenario
+from lmmsim.scenario import load_scenario
+
+SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob("*.yaml"))
+
+
+def test_scenarios_exist():
+    assert any(p.name == "quickstart.yaml" for p in SCENARIOS)
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_scenario_runs(path):
+    scn, base = load_scenario(path, ["workload.num_requests=40"])
+    run = run_scenario(scn, base)
+    df, s = run.requests, run.summary
+    assert len(df) == 40
+    assert s["num_finished"] + s["num_rejected"] + s["num_unfinished"] == 40
+    assert s["num_finished"] > 0
+    finished = df[df["status"] == "finished"]
+    assert (finished["first_token_at"] >= finished["arrived_at"]).all()
+    assert (finished["finished_at"] >= finished["first_token_at"]).all()
+    media = finished[finished["num_mm_tokens"] > 0]
+    assert media["encode_finished_at"].notna().all()
+    assert 0 < s["gpu_utilization"]["mean"] <= 1
+    assert s["deployment"]["peak_kv_blocks_used"][0] <= s["deployment"]["kv_blocks_per_replica"]
