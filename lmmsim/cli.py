@@ -237,6 +237,10 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"lmmsim: error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except OSError as err:  # unwritable output folder, disk full, ...
+        where = err.filename or "lmmsim"
+        print(f"lmmsim: error: {where}: {err.strerror or err}", file=sys.stderr)
+        return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("lmmsim: interrupted", file=sys.stderr)
         return 130

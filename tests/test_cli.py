@@ -196,3 +196,9 @@ def test_yaml_syntax_error_and_missing_file(capsys, tmp_path):
 
 def test_bad_set_syntax(capsys, tmp_path):
     assert_user_error(capsys, ["run", QUICKSTART, "-o", tmp_path / "o", "--set", "seed"], "--set", "key=value")
+
+
+def test_unwritable_output_is_one_line(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert_user_error(capsys, ["run", QUICKSTART, "-o", blocker / "out", *SMALL], str(blocker))
