@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import types
 import typing
 from pathlib import Path
 from typing import Annotated, Literal, Union
@@ -216,14 +217,23 @@ def _error_path(loc: tuple, data) -> str:
 
 def _fields_at(cls, path: list[str], data) -> list[str] | None:
     """Field names of the config class at ``path`` (for 'valid keys' hints)."""
+    ann = cls
     for key in path:
-        if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or key not in cls.model_fields:
+        if isinstance(data, list) and key.isdigit():  # list element
+            args = typing.get_args(ann)
+            ann = args[0] if args else None
+            data = data[int(key)] if int(key) < len(data) else None
+            continue
+        model = _resolve_model(ann, data)
+        if model is None or key not in model.model_fields:
             return None
         data = data.get(key) if isinstance(data, dict) else None
-        cls = _resolve_model(cls.model_fields[key].annotation, data)
-    if isinstance(cls, type) and issubclass(cls, BaseModel):
-        return list(cls.model_fields)
-    return None
+        ann = model.model_fields[key].annotation
+        if typing.get_origin(ann) in (Union, types.UnionType):  # drop None from Optional[...]
+            members = tuple(a for a in typing.get_args(ann) if a is not type(None))
+            ann = members[0] if len(members) == 1 else Union[members]
+    model = _resolve_model(ann, data)
+    return list(model.model_fields) if model is not None else None
 
 
 def _resolve_model(ann, data):
@@ -231,7 +241,7 @@ def _resolve_model(ann, data):
     origin = typing.get_origin(ann)
     if origin is Annotated:
         return _resolve_model(typing.get_args(ann)[0], data)
-    if origin in (Union, getattr(__import__("types"), "UnionType", Union)):
+    if origin in (Union, types.UnionType):
         members = [a for a in typing.get_args(ann) if isinstance(a, type) and issubclass(a, BaseModel)]
         for m in members:
             kind = m.model_fields.get("kind")

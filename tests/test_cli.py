@@ -131,6 +131,8 @@ def test_workload_export_never_overwrites(capsys, tmp_path):
     "override,needles",
     [
         ("deployment.colour=red", ["deployment.colour", "unknown key", "valid keys", "'tp'"]),
+        ("workload.mix.0.text_tokens.bar=1", ["workload.mix.0.text_tokens.bar", "valid keys", "'sigma'"]),
+        ("workload.arrival.cv=2", ["workload.arrival.cv", "valid keys: 'kind', 'rate'"]),
         ("workload.num_requests=lots", ["workload.num_requests"]),
         ("workload.arrival.rate=-2", ["workload.arrival.rate", "> 0"]),
         ("workload.arrival.rate=0", ["workload.arrival.rate", "> 0"]),
