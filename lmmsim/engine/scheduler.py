@@ -169,12 +169,11 @@ class ContinuousBatchingScheduler:
         self.queue.add(seq)
 
     def _enter_decode(self, seq: SeqState, next_step: int) -> None:
-        pool_phase = (seq.num_computed - next_step) % self.block_size
         seq.in_decode = True
         seq.dec_base = seq.num_computed - next_step
         seq.gen_base = seq.num_generated - next_step
         seq.finish_step = seq.request.num_output_tokens - 1 - seq.gen_base
-        self._phase_counts[pool_phase] += 1
+        self._phase_counts[seq.dec_base % self.block_size] += 1
         self._dec_base_sum += seq.dec_base
         self.decoding[seq.request.request_id] = seq
         heapq.heappush(self._finish_heap, (seq.finish_step, seq.admit_order, seq.request.request_id))
