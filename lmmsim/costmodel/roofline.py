@@ -26,6 +26,26 @@ All tensors are bf16 (2 bytes per element). Collectives use the engine's
 interconnect :class:`~lmmsim.catalog.LinkSpec`. The calibration work replaces
 this class by fitted predictors with the same methods
 (:class:`~lmmsim.costmodel.base.OperatorPredictor`).
+
+Compute-bound / memory-bound split
+----------------------------------
+For GPU sharing (:mod:`lmmsim.engine.gpu_share`) every operator also has a
+``*_parts`` twin returning ``(compute_s, memory_s)``: which resource the kernel
+is bound by decides where its *whole* time goes. A kernel whose compute term
+wins (strictly) is compute-bound, ``(kernel_s, 0.0)``; otherwise (ties and
+pure-traffic kernels included) it is memory-bound, ``(0.0, kernel_s)``. So
+``sum(x_parts(...)) == x_s(...)`` exactly, for every operator.
+
+* **Launch overhead goes with the kernel's bound.** A kernel is one interval
+  on the GPU; its launch/ramp penalty is part of that interval and a kernel
+  slowed by SM or HBM contention stays in flight correspondingly longer. A
+  third "fixed" bucket would be more precise for launch-dominated kernels, but
+  the sharing model only has the two rates, and the launch cost is a few
+  microseconds per kernel.
+* **Collectives and point-to-point sends are memory-bound**
+  (``(0.0, t)``): they are limited by the link (NVLink / PCIe), not by the
+  SMs; the sharing model treats link time like HBM time (not isolated by an
+  SM partition). NCCL kernels do occupy a few SMs, which this ignores.
 """
 
 from __future__ import annotations
@@ -61,6 +81,15 @@ class RooflinePredictor:
         t_memory = (num_bytes + self._memory_half) / self._memory_rate if num_bytes > 0 else 0.0
         return (t_compute if t_compute > t_memory else t_memory) + self._launch_s
 
+    def kernel_parts(self, flops: float, num_bytes: float) -> tuple[float, float]:
+        """``(compute_s, memory_s)`` of :meth:`kernel_s`: the whole time (launch
+        included) goes to the binding term; ``sum(...) == kernel_s(...)`` exactly."""
+        t_compute = (flops + self._compute_half) / self._compute_rate if flops > 0 else 0.0
+        t_memory = (num_bytes + self._memory_half) / self._memory_rate if num_bytes > 0 else 0.0
+        if t_compute > t_memory:
+            return (t_compute + self._launch_s, 0.0)
+        return (0.0, t_memory + self._launch_s)
+
     # ------------------------------------------------------------- operators
     def gemm_s(self, m: int, n: int, k: int) -> float:
         """``[m, k] x [k, n]`` bf16 matmul.
@@ -72,7 +101,13 @@ class RooflinePredictor:
         """
         if m <= 0 or n <= 0 or k <= 0:
             return 0.0
-        return self.kernel_s(2.0 * m * n * k, BYTES_BF16 * (m * k + k * n + m * n))
+        return self.kernel_s(*_gemm_work(m, n, k))
+
+    def gemm_parts(self, m: int, n: int, k: int) -> tuple[float, float]:
+        """``(compute_s, memory_s)`` of :meth:`gemm_s` (see the module docstring)."""
+        if m <= 0 or n <= 0 or k <= 0:
+            return (0.0, 0.0)
+        return self.kernel_parts(*_gemm_work(m, n, k))
 
     def attention_prefill_s(
         self, new_tokens: int, context: int, num_heads: int, num_kv_heads: int, head_dim: int, causal: bool = True
@@ -96,12 +131,15 @@ class RooflinePredictor:
         """
         if new_tokens <= 0:
             return 0.0
-        if context < new_tokens:
-            raise ValueError(f"attention context ({context}) is shorter than the new tokens ({new_tokens})")
-        keys = context - (new_tokens - 1) / 2.0 if causal else float(context)
-        flops = 4.0 * num_heads * head_dim * new_tokens * keys
-        num_bytes = BYTES_BF16 * head_dim * (2 * new_tokens * num_heads + 2 * context * num_kv_heads)
-        return self.kernel_s(flops, num_bytes)
+        return self.kernel_s(*_prefill_work(new_tokens, context, num_heads, num_kv_heads, head_dim, causal))
+
+    def attention_prefill_parts(
+        self, new_tokens: int, context: int, num_heads: int, num_kv_heads: int, head_dim: int, causal: bool = True
+    ) -> tuple[float, float]:
+        """``(compute_s, memory_s)`` of :meth:`attention_prefill_s`."""
+        if new_tokens <= 0:
+            return (0.0, 0.0)
+        return self.kernel_parts(*_prefill_work(new_tokens, context, num_heads, num_kv_heads, head_dim, causal))
 
     def attention_decode_s(
         self, batch: int, context_sum: int, num_heads: int, num_kv_heads: int, head_dim: int
@@ -117,9 +155,19 @@ class RooflinePredictor:
         """
         if batch <= 0:
             return 0.0
+        # Inline copy of _decode_work: this runs on every simulated decode step
+        # (its context sum never memoises); tests pin the two equal.
         flops = 4.0 * num_heads * head_dim * context_sum
         num_bytes = BYTES_BF16 * head_dim * (2 * context_sum * num_kv_heads + 2 * batch * num_heads)
         return self.kernel_s(flops, num_bytes)
+
+    def attention_decode_parts(
+        self, batch: int, context_sum: int, num_heads: int, num_kv_heads: int, head_dim: int
+    ) -> tuple[float, float]:
+        """``(compute_s, memory_s)`` of :meth:`attention_decode_s` (memory-bound in practice)."""
+        if batch <= 0:
+            return (0.0, 0.0)
+        return self.kernel_parts(*_decode_work(batch, context_sum, num_heads, num_kv_heads, head_dim))
 
     def elementwise_s(self, num_bytes: float) -> float:
         """Memory-bound kernel (norm, activation, rotary, residual): bytes only.
@@ -130,6 +178,10 @@ class RooflinePredictor:
         if num_bytes <= 0:
             return 0.0
         return (num_bytes + self._memory_half) / self._memory_rate + self._launch_s
+
+    def elementwise_parts(self, num_bytes: float) -> tuple[float, float]:
+        """``(0.0, elementwise_s(num_bytes))``: always memory-bound."""
+        return (0.0, self.elementwise_s(num_bytes))
 
     def allreduce_s(self, num_bytes: float, world: int) -> float:
         """Ring all-reduce of ``num_bytes`` (each GPU's buffer) over ``world`` GPUs.
@@ -146,11 +198,43 @@ class RooflinePredictor:
         steps = 2 * (world - 1)
         return steps / world * num_bytes / (link.bandwidth_gbs * 1e9) + steps * link.latency_us / 1e6
 
+    def allreduce_parts(self, num_bytes: float, world: int) -> tuple[float, float]:
+        """``(0.0, allreduce_s(...))``: link-bound, counted as memory-bound time."""
+        return (0.0, self.allreduce_s(num_bytes, world))
+
     def p2p_s(self, num_bytes: float) -> float:
         """Send to a neighbouring GPU: latency + bytes / bandwidth (:func:`transfer_s`)."""
         return transfer_s(num_bytes, self._link())
+
+    def p2p_parts(self, num_bytes: float) -> tuple[float, float]:
+        """``(0.0, p2p_s(num_bytes))``: link-bound, counted as memory-bound time."""
+        return (0.0, self.p2p_s(num_bytes))
 
     def _link(self) -> LinkSpec:
         if self.interconnect is None:
             raise ValueError(f"{self.gpu.name}: a collective over several GPUs needs an interconnect link")
         return self.interconnect
+
+
+# ------------------------------------------------------------------ work
+# (FLOPs, HBM bytes) of one kernel; the formulas are explained in the
+# docstrings of the matching RooflinePredictor methods.
+def _gemm_work(m: int, n: int, k: int) -> tuple[float, int]:
+    return 2.0 * m * n * k, BYTES_BF16 * (m * k + k * n + m * n)
+
+
+def _prefill_work(
+    new_tokens: int, context: int, num_heads: int, num_kv_heads: int, head_dim: int, causal: bool
+) -> tuple[float, int]:
+    if context < new_tokens:
+        raise ValueError(f"attention context ({context}) is shorter than the new tokens ({new_tokens})")
+    keys = context - (new_tokens - 1) / 2.0 if causal else float(context)
+    flops = 4.0 * num_heads * head_dim * new_tokens * keys
+    num_bytes = BYTES_BF16 * head_dim * (2 * new_tokens * num_heads + 2 * context * num_kv_heads)
+    return flops, num_bytes
+
+
+def _decode_work(batch: int, context_sum: int, num_heads: int, num_kv_heads: int, head_dim: int) -> tuple[float, int]:
+    flops = 4.0 * num_heads * head_dim * context_sum
+    num_bytes = BYTES_BF16 * head_dim * (2 * context_sum * num_kv_heads + 2 * batch * num_heads)
+    return flops, num_bytes

@@ -1,13 +1,13 @@
 """Continuous batching with chunked prefill, as vLLM v1 and Sarathi-Serve do it.
 
 Pure Python, no SimPy: :meth:`ContinuousBatchingScheduler.schedule` builds the
-next step's batch and :meth:`complete` applies its outcome, so the scheduler is
+next batch and :meth:`complete` applies its outcome, so the scheduler is
 testable with hand-built requests and an explicit clock.
 
-Per step, with a token budget decremented per decision:
+Per batch, with a token budget decremented per decision:
 
-1. every decoding request gets one token (they always fit: the scenario
-   requires ``max_running <= token_budget``, as vLLM requires
+1. every decoding request of the batch slot gets one token (they always fit:
+   the scenario requires ``max_running <= token_budget``, as vLLM requires
    ``max_num_seqs <= max_num_batched_tokens``);
 2. running requests still in prefill get ``min(remaining, budget)`` tokens, in
    admission order;
@@ -19,29 +19,41 @@ list in admission order instead; the two orders differ only when an earlier
 admitted request is still in prefill while a later one decodes, which needs an
 encoder-budget cut and is rare.
 
-Multimodal input follows vLLM v1's encoder cache: a chunk whose positions
-overlap a not-yet-encoded media item encodes the whole item in this step,
-within a per-step encoder budget (in LLM tokens); if the budget cannot take the
-item, the chunk stops just before it. Encoded items stay cached until their
-positions are computed; a preempted request re-encodes.
+Multimodal input comes one of two ways (``media``):
+
+* ``local`` (monolithic engines): vLLM v1's encoder cache. A chunk whose
+  positions overlap a not-yet-encoded media item encodes the whole item in
+  this step, within a per-step encoder budget (in LLM tokens); if the budget
+  cannot take the item, the chunk stops just before it. A preempted request
+  re-encodes.
+* ``remote`` (disaggregated encoders): embeddings arrive from encoder workers;
+  a chunk stops before the first item whose embeddings have not arrived.
+  Simplification: a preempted request keeps its embeddings (its recompute does
+  not go back to the encoder).
 
 KV blocks run out -> preempt by recompute the most recently admitted running
-request (vLLM's victim), which returns to the head of the waiting queue and
-later recomputes its prompt plus the tokens it had generated.
+request that is not in flight (vLLM's victim); it returns to the head of the
+waiting queue and later recomputes its prompt plus the tokens it had generated.
 
-Decoding requests advance in lock step, so their state is kept as offsets
-from the step counter: a step costs O(1) per decoding request joining or
-leaving, not per running request. ``num_computed`` of a decoding request is
-``dec_base + step_no``; its KV grows a block whenever that is a multiple of
-the block size, counted per residue class (``_phase_counts``).
+Batch slots: a pipeline-parallel engine keeps several batches in flight (one
+per slot, vLLM's virtual engines). Each slot has its own
+:class:`~lmmsim.engine.decode_cohort.DecodeCohort`; waiting and prefilling
+requests are shared, and a request whose work is in flight (``busy``) is not
+scheduled again until it is released: at the batch's completion, or — with
+chunked pipeline parallelism — a prefill chunk that does not finish the prompt
+as soon as it has left the first stage (:meth:`release_chunks`).
+
+Roles: a ``prefill_only`` engine hands a request off once its first token is
+sampled (its KV blocks stay held until :meth:`release`); requests that arrive
+already prefilled join decoding through :meth:`reserve` and :meth:`admit_prefilled`.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 from dataclasses import dataclass, field
 
+from lmmsim.engine.decode_cohort import DecodeCohort
 from lmmsim.engine.kv_cache import BlockPool, blocks_for
 from lmmsim.workload.request import PromptSegment, Request
 
@@ -52,8 +64,8 @@ class SeqState:
     """Mutable engine state of one request (and its timeline record)."""
 
     __slots__ = (
-        "request", "num_computed", "num_generated", "next_media", "admit_order",
-        "in_decode", "dec_base", "gen_base", "finish_step", "num_blocks",
+        "request", "num_computed", "num_generated", "next_media", "media_ready", "admit_order",
+        "in_decode", "cohort", "dec_base", "gen_base", "finish_step", "num_blocks", "busy",
         "prefill_started_at", "first_token_at", "finished_at",
         "encode_started_at", "encode_finished_at", "num_preemptions", "replica", "status",
     )
@@ -62,13 +74,16 @@ class SeqState:
         self.request = request
         self.num_computed = 0
         self.num_generated = 0
-        self.next_media = 0  # first media segment not yet encoded in this pass
+        self.next_media = 0  # local: first media segment not yet encoded in this pass
+        self.media_ready = 0  # remote: leading media segments whose embeddings arrived
         self.admit_order = -1
         self.in_decode = False
+        self.cohort = None
         self.dec_base = 0
         self.gen_base = 0
         self.finish_step = -1
         self.num_blocks = 0  # only maintained while not decoding
+        self.busy = False  # work of this request is in flight in a pipeline
         self.prefill_started_at = NAN
         self.first_token_at = NAN
         self.finished_at = NAN
@@ -86,9 +101,10 @@ class SeqState:
 
 @dataclass(slots=True)
 class StepPlan:
-    """What one engine step runs."""
+    """What one engine batch runs."""
 
     step_no: int
+    slot: int = 0
     chunks: list = field(default_factory=list)  # (SeqState, num_new_tokens), prefill work
     encodes: list = field(default_factory=list)  # (SeqState, PromptSegment) items encoded now
     num_decodes: int = 0
@@ -102,6 +118,10 @@ class StepPlan:
         """(new_tokens, context_after) per prefill chunk, for the cost model."""
         return tuple((n, s.num_computed + n) for s, n in self.chunks)
 
+    @property
+    def is_empty(self) -> bool:
+        return not self.chunks and not self.num_decodes
+
 
 class ContinuousBatchingScheduler:
     def __init__(
@@ -110,87 +130,106 @@ class ContinuousBatchingScheduler:
         pool: BlockPool,
         token_budget: int,
         max_running: int,
-        encoder_budget: int,
+        encoder_budget: int = 0,
+        *,
+        num_slots: int = 1,
+        media: str = "local",
+        prefill_only: bool = False,
     ):
         if max_running > token_budget:
             raise ValueError("max_running must be <= token_budget")
+        if media not in ("local", "remote"):
+            raise ValueError("media must be 'local' or 'remote'")
         self.queue = queue
         self.pool = pool
         self.token_budget = token_budget
         self.max_running = max_running
         self.encoder_budget = encoder_budget
+        self.media = media
+        self.prefill_only = prefill_only
         self.block_size = pool.block_size
-        self.step_no = 0
+        self.cohorts = [DecodeCohort(pool.block_size) for _ in range(num_slots)]
         self._admit_counter = 0
         self.prefilling: list[SeqState] = []  # running, still in prefill, admission order
-        self.decoding: dict[int, SeqState] = {}  # request_id -> state (insertion = join order)
-        self._finish_heap: list = []  # (finish_step, admit_order, request_id)
-        self._phase_counts = [0] * pool.block_size
-        self._dec_base_sum = 0
+        self.prefilled: list[SeqState] = []  # arrived with their KV, waiting to join a cohort
+        self.num_decoding = 0
         self.num_preemptions = 0
+        self._fit = self._fit_local if media == "local" else self._fit_remote
 
     # ------------------------------------------------------------------ queries
     @property
     def num_running(self) -> int:
-        return len(self.prefilling) + len(self.decoding)
+        return len(self.prefilling) + self.num_decoding + len(self.prefilled)
 
     @property
     def num_outstanding(self) -> int:
         return self.num_running + len(self.queue)
 
     def has_work(self) -> bool:
-        return bool(self.decoding or self.prefilling or len(self.queue))
+        return bool(self.num_running or len(self.queue))
+
+    # Single-slot views used by the monolithic engine's fast-forward.
+    @property
+    def step_no(self) -> int:
+        return self.cohorts[0].step_no
+
+    @property
+    def decoding(self) -> dict:
+        return self.cohorts[0].members
 
     def decode_blocks_needed(self, step_no: int) -> int:
-        """New KV blocks the decoding set needs in step ``step_no``."""
-        return self._phase_counts[-step_no % self.block_size]
+        return self.cohorts[0].blocks_needed(step_no)
 
     def decode_context_sum(self, step_no: int) -> int:
-        """Total attended context of the decoding set in step ``step_no``."""
-        return self._dec_base_sum + len(self.decoding) * (step_no + 1)
+        return self.cohorts[0].context_sum(step_no)
 
     def steps_to_next_finish(self) -> int:
-        """Decode-only steps until (and including) the next decode completion."""
-        heap = self._finish_heap
-        while heap:
-            fstep, _, rid = heap[0]
-            seq = self.decoding.get(rid)
-            if seq is not None and seq.finish_step == fstep:
-                return fstep - self.step_no + 1
-            heapq.heappop(heap)  # stale entry of a preempted request
-        return 0
+        return self.cohorts[0].steps_to_next_finish()
 
     def can_fast_forward(self) -> bool:
         """Is the next step decode-only with nothing that could join the batch?"""
-        return bool(self.decoding) and not self.prefilling and not len(self.queue)
+        return bool(self.cohorts[0].members) and not (self.prefilling or self.prefilled or len(self.queue))
 
     # ---------------------------------------------------------------- mutations
     def add(self, seq: SeqState) -> None:
         self.queue.add(seq)
 
-    def _enter_decode(self, seq: SeqState, next_step: int) -> None:
-        seq.in_decode = True
-        seq.dec_base = seq.num_computed - next_step
-        seq.gen_base = seq.num_generated - next_step
-        seq.finish_step = seq.request.num_output_tokens - 1 - seq.gen_base
-        self._phase_counts[seq.dec_base % self.block_size] += 1
-        self._dec_base_sum += seq.dec_base
-        self.decoding[seq.request.request_id] = seq
-        heapq.heappush(self._finish_heap, (seq.finish_step, seq.admit_order, seq.request.request_id))
+    def media_arrived(self, seq: SeqState, count: int = 1) -> None:
+        """Remote media: embeddings of the next ``count`` media items (prompt order) arrived."""
+        seq.media_ready += count
 
-    def _leave_decode(self, seq: SeqState) -> None:
-        """Materialise a decoding request's counters at the current step boundary."""
-        del self.decoding[seq.request.request_id]
-        self._phase_counts[seq.dec_base % self.block_size] -= 1
-        self._dec_base_sum -= seq.dec_base
-        seq.in_decode = False
-        seq.num_computed = seq.dec_base + self.step_no
-        seq.num_generated = seq.gen_base + self.step_no
-        seq.num_blocks = blocks_for(seq.num_computed, self.block_size)
+    def reserve(self, seq: SeqState) -> bool:
+        """Reserve KV blocks for a prefilled request about to be transferred here."""
+        need = blocks_for(seq.num_computed, self.block_size)
+        if need > self.pool.num_free:
+            return False
+        self.pool.allocate(need)
+        seq.num_blocks = need
+        return True
+
+    def admit_prefilled(self, seq: SeqState) -> None:
+        """A request whose KV (reserved with :meth:`reserve`) has arrived joins decoding."""
+        seq.admit_order = self._admit_counter
+        self._admit_counter += 1
+        seq.status = "running"
+        self.prefilled.append(seq)
+
+    def release(self, seq: SeqState) -> None:
+        """Free the KV blocks of a handed-off request (its KV has left)."""
+        self.pool.free(seq.num_blocks)
+        seq.num_blocks = 0
+
+    def release_chunks(self, plan: StepPlan) -> None:
+        """Chunked pipelining: prefill chunks that do not end their prompt have left
+        the first stage, so the request's next chunk may enter it."""
+        for seq, n in plan.chunks:
+            if seq.num_computed + n < seq.num_tokens:
+                seq.busy = False
 
     def _preempt(self, seq: SeqState, plan: StepPlan) -> None:
         if seq.in_decode:
-            self._leave_decode(seq)
+            seq.cohort.leave(seq)
+            self.num_decoding -= 1
         else:
             self.prefilling.remove(seq)
         self.pool.free(seq.num_blocks)
@@ -203,15 +242,21 @@ class ContinuousBatchingScheduler:
         self.queue.prepend(seq)
         plan.preempted.append(seq)
 
-    def _victim(self) -> SeqState:
-        """The most recently admitted running request."""
-        best = self.prefilling[-1] if self.prefilling else None
-        for seq in self.decoding.values():
-            if best is None or seq.admit_order > best.admit_order:
-                best = seq
+    def _newest_idle_prefill(self) -> SeqState | None:
+        for seq in reversed(self.prefilling):
+            if not seq.busy:
+                return seq
+        return None
+
+    def _victim(self, cohort: DecodeCohort) -> SeqState | None:
+        """The most recently admitted running request this batch may evict."""
+        best = self._newest_idle_prefill()
+        newest = cohort.newest()
+        if newest is not None and (best is None or newest.admit_order > best.admit_order):
+            best = newest
         return best
 
-    def _fit_to_encoder_budget(self, seq: SeqState, num_new: int, enc_left: int, out: list) -> tuple[int, int]:
+    def _fit_local(self, seq: SeqState, num_new: int, enc_left: int, out: list) -> tuple[int, int]:
         """Cut ``num_new`` before the first media item the encoder budget cannot take.
 
         Appends the items to encode to ``out``; returns (num_new, encoder tokens used).
@@ -232,42 +277,62 @@ class ContinuousBatchingScheduler:
             idx += 1
         return num_new, used
 
-    def schedule(self, now: float) -> StepPlan:
-        """Build the step that starts at ``now``. The plan may be empty if nothing fits."""
-        step = self.step_no
-        plan = StepPlan(step)
+    def _fit_remote(self, seq: SeqState, num_new: int, enc_left: int, out: list) -> tuple[int, int]:
+        """Cut ``num_new`` before the first media item whose embeddings have not arrived."""
+        media = seq.request.media_segments
+        if seq.media_ready < len(media):
+            limit = media[seq.media_ready].start
+            if seq.num_computed + num_new > limit:
+                return limit - seq.num_computed, 0
+        return num_new, 0
+
+    def schedule(self, now: float, slot: int = 0) -> StepPlan:
+        """Build the batch of ``slot`` that starts at ``now``. May be empty."""
+        cohort = self.cohorts[slot]
+        step = cohort.step_no
+        plan = StepPlan(step, slot)
         budget = self.token_budget
         enc_left = self.encoder_budget
         pool = self.pool
         self.queue.refresh(now)
 
+        # 0. prefilled arrivals join this slot's cohort at its step boundary.
+        if self.prefilled:
+            for seq in self.prefilled:
+                cohort.enter(seq)
+            self.num_decoding += len(self.prefilled)
+            self.prefilled.clear()
+
         # 1. decodes: one token each; preempt the newest running requests if the
         #    KV cache cannot take their next block.
-        need = self.decode_blocks_needed(step)
+        need = cohort.blocks_needed(step)
         while need > pool.num_free:
-            self._preempt(self._victim(), plan)
-            need = self.decode_blocks_needed(step)
-        if self.decoding:
+            self._preempt(self._victim(cohort), plan)
+            need = cohort.blocks_needed(step)
+        if cohort.members:
             pool.allocate(need)
-            plan.num_decodes = len(self.decoding)
-            plan.decode_context_sum = self.decode_context_sum(step)
+            plan.num_decodes = len(cohort.members)
+            plan.decode_context_sum = cohort.context_sum(step)
             plan.num_sampled = plan.num_decodes
             budget -= plan.num_decodes
 
-        # 2. running prefills, admission order.
+        # 2. running prefills not in flight, admission order.
         i = 0
         while i < len(self.prefilling) and budget > 0:
             seq = self.prefilling[i]
+            if seq.busy:
+                i += 1
+                continue
             items: list = []
-            n, used = self._fit_to_encoder_budget(seq, min(seq.num_tokens - seq.num_computed, budget), enc_left, items)
+            n, used = self._fit(seq, min(seq.num_tokens - seq.num_computed, budget), enc_left, items)
             if n <= 0:
                 i += 1
                 continue
             extra = blocks_for(seq.num_computed + n, self.block_size) - seq.num_blocks
-            # Victims come from the prefill tail only: decodes already hold
-            # their slot in this step's batch.
+            # Victims come from the idle prefill tail only: decodes already hold
+            # their place in this batch.
             while extra > pool.num_free:
-                victim = self.prefilling[-1]
+                victim = self._newest_idle_prefill()
                 self._preempt(victim, plan)
                 if victim is seq:
                     break
@@ -286,7 +351,7 @@ class ContinuousBatchingScheduler:
             while budget > 0 and len(queue) and self.num_running < self.max_running:
                 seq = queue.peek()
                 items = []
-                n, used = self._fit_to_encoder_budget(seq, min(seq.num_tokens - seq.num_computed, budget), enc_left, items)
+                n, used = self._fit(seq, min(seq.num_tokens - seq.num_computed, budget), enc_left, items)
                 if n <= 0:
                     break
                 blocks = blocks_for(n, self.block_size)
@@ -308,19 +373,22 @@ class ContinuousBatchingScheduler:
 
     def _add_chunk(self, plan: StepPlan, seq: SeqState, n: int, items: list) -> None:
         plan.chunks.append((seq, n))
+        seq.busy = True
         for seg in items:
             plan.encodes.append((seq, seg))
         seq.next_media += len(items)
         if seq.num_computed + n == seq.num_tokens:
             plan.num_sampled += 1
 
-    def complete(self, plan: StepPlan, started_at: float, encoded_at: float, ended_at: float) -> list[SeqState]:
-        """Apply a finished step: advance prefills, sample tokens, finish requests.
+    def complete(
+        self, plan: StepPlan, started_at: float, encoded_at: float, ended_at: float, handoffs: list | None = None
+    ) -> list[SeqState]:
+        """Apply a finished batch: advance prefills, sample tokens, finish requests.
 
-        ``encoded_at`` is when the step's encoder work ended (== ``started_at``
-        when it had none). Returns the requests that finished.
+        ``encoded_at`` is when the batch's encoder work ended (== ``started_at``
+        when it had none). Returns the requests that finished; a prefill-only
+        engine appends the requests to hand off to ``handoffs``.
         """
-        finished: list[SeqState] = []
         for seq, _seg in plan.encodes:
             # Encode times describe the pass before the first token; a request
             # preempted after it re-encodes without moving them.
@@ -329,8 +397,13 @@ class ContinuousBatchingScheduler:
             if seq.encode_started_at != seq.encode_started_at:  # NaN: first encode
                 seq.encode_started_at = started_at
             seq.encode_finished_at = encoded_at
-        next_step = plan.step_no + 1
+        cohort = self.cohorts[plan.slot]
+        finished = cohort.advance(1)
+        for seq in finished:
+            self._finish(seq, ended_at)
+        self.num_decoding -= len(finished)
         for seq, n in plan.chunks:
+            seq.busy = False
             if seq.prefill_started_at != seq.prefill_started_at:
                 seq.prefill_started_at = started_at
             seq.num_computed += n
@@ -340,42 +413,34 @@ class ContinuousBatchingScheduler:
                     seq.first_token_at = ended_at
                 self.prefilling.remove(seq)
                 if seq.num_generated >= seq.request.num_output_tokens:
-                    self._finish(seq, ended_at, finished)
+                    self._finish(seq, ended_at)
+                    finished.append(seq)
+                elif self.prefill_only:
+                    seq.status = "transferring"
+                    handoffs.append(seq)
                 else:
-                    self._enter_decode(seq, next_step)
-        self.step_no = next_step
-        if plan.num_decodes:
-            self._pop_decode_finishes(plan.step_no, ended_at, finished)
+                    cohort.enter(seq)
+                    self.num_decoding += 1
         return finished
 
     def advance_decodes(self, num_steps: int, ended_at: float) -> list[SeqState]:
-        """Apply ``num_steps`` decode-only steps at once (fast-forward).
+        """Apply ``num_steps`` decode-only steps of slot 0 at once (fast-forward).
 
         Only valid when :meth:`can_fast_forward` held, the KV pool can take the
         stretch's blocks, and no decode finishes before its last step; the
         result then equals stepping one by one.
         """
-        first = self.step_no
-        need = sum(self.decode_blocks_needed(first + j) for j in range(num_steps))
-        self.pool.allocate(need)
-        self.step_no = first + num_steps
-        finished: list[SeqState] = []
-        self._pop_decode_finishes(self.step_no - 1, ended_at, finished)
+        cohort = self.cohorts[0]
+        first = cohort.step_no
+        self.pool.allocate(sum(cohort.blocks_needed(first + j) for j in range(num_steps)))
+        finished = cohort.advance(num_steps)
+        for seq in finished:
+            self._finish(seq, ended_at)
+        self.num_decoding -= len(finished)
         return finished
 
-    def _pop_decode_finishes(self, step_no: int, ended_at: float, finished: list) -> None:
-        heap = self._finish_heap
-        while heap and heap[0][0] <= step_no:
-            fstep, _, rid = heapq.heappop(heap)
-            seq = self.decoding.get(rid)
-            if seq is None or seq.finish_step != fstep:
-                continue  # stale entry of a preempted request
-            self._leave_decode(seq)
-            self._finish(seq, ended_at, finished)
-
-    def _finish(self, seq: SeqState, ended_at: float, finished: list) -> None:
+    def _finish(self, seq: SeqState, ended_at: float) -> None:
         self.pool.free(seq.num_blocks)
         seq.num_blocks = 0
         seq.finished_at = ended_at
         seq.status = "finished"
-        finished.append(seq)

@@ -1,0 +1,102 @@
+"""Decoding requests that advance in lock step: one batch slot of an engine.
+
+Every step a cohort runs, each member computes one token. Members are kept as
+offsets from the cohort's step counter, so a step costs O(1) per member that
+joins or leaves, not per member:
+
+* ``num_computed`` of a member is ``dec_base + step_no`` (before the step runs);
+* its KV grows a block whenever that is a multiple of the block size; members
+  are counted per residue class (``_phase_counts``), so the blocks a step
+  needs are one look-up;
+* the attended context sum is ``sum(dec_base) + n * (step_no + 1)``;
+* completions sit in a heap keyed by the step that produces the last token.
+
+A monolithic engine has one cohort. A pipeline-parallel engine has one per
+micro-batch slot (vLLM's virtual engines): a member stays in its slot.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from lmmsim.engine.kv_cache import blocks_for
+
+
+class DecodeCohort:
+    def __init__(self, block_size: int):
+        self.block_size = block_size
+        self.step_no = 0  # index of the next step this cohort runs
+        self.members: dict[int, object] = {}  # request_id -> SeqState, join order
+        self._finish_heap: list = []  # (finish_step, admit_order, request_id)
+        self._phase_counts = [0] * block_size
+        self._base_sum = 0
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def blocks_needed(self, step_no: int) -> int:
+        """New KV blocks the members need in step ``step_no``."""
+        return self._phase_counts[-step_no % self.block_size]
+
+    def context_sum(self, step_no: int) -> int:
+        """Total attended context of the members in step ``step_no``."""
+        return self._base_sum + len(self.members) * (step_no + 1)
+
+    def steps_to_next_finish(self) -> int:
+        """Steps until (and including) the next completion; 0 if none."""
+        heap = self._finish_heap
+        while heap:
+            fstep, _, rid = heap[0]
+            seq = self.members.get(rid)
+            if seq is not None and seq.finish_step == fstep:
+                return fstep - self.step_no + 1
+            heapq.heappop(heap)  # stale entry of a request that left early
+        return 0
+
+    def enter(self, seq) -> None:
+        """Join at the current step boundary with the request's counters as they are."""
+        step = self.step_no
+        seq.in_decode = True
+        seq.cohort = self
+        seq.dec_base = seq.num_computed - step
+        seq.gen_base = seq.num_generated - step
+        seq.finish_step = seq.request.num_output_tokens - 1 - seq.gen_base
+        self._phase_counts[seq.dec_base % self.block_size] += 1
+        self._base_sum += seq.dec_base
+        self.members[seq.request.request_id] = seq
+        heapq.heappush(self._finish_heap, (seq.finish_step, seq.admit_order, seq.request.request_id))
+
+    def leave(self, seq) -> None:
+        """Leave at the current step boundary; materialises the request's counters."""
+        del self.members[seq.request.request_id]
+        self._phase_counts[seq.dec_base % self.block_size] -= 1
+        self._base_sum -= seq.dec_base
+        seq.in_decode = False
+        seq.cohort = None
+        seq.num_computed = seq.dec_base + self.step_no
+        seq.num_generated = seq.gen_base + self.step_no
+        seq.num_blocks = blocks_for(seq.num_computed, self.block_size)
+
+    def advance(self, num_steps: int = 1) -> list:
+        """Count ``num_steps`` steps as run; return members that produced their
+        last token in them (they are left, in completion-step then admission order)."""
+        self.step_no += num_steps
+        last = self.step_no - 1
+        done = []
+        heap = self._finish_heap
+        while heap and heap[0][0] <= last:
+            fstep, _, rid = heapq.heappop(heap)
+            seq = self.members.get(rid)
+            if seq is None or seq.finish_step != fstep:
+                continue
+            self.leave(seq)
+            done.append(seq)
+        return done
+
+    def newest(self):
+        """The most recently admitted member, or None."""
+        best = None
+        for seq in self.members.values():
+            if best is None or seq.admit_order > best.admit_order:
+                best = seq
+        return best
