@@ -32,7 +32,7 @@ def test_chunked_prefill_takes_ceil_prompt_over_budget_steps():
     res, log = simulate([text_request(0, 0.0, 5000, 1)], ConstantStepCost(step_s=0.01), token_budget=2048,
                         step_log=True)
     assert res.seqs[0].first_token_at == pytest.approx(0.03)
-    assert [entry[3] for entry in log] == [2048, 2048, 904]
+    assert [entry.num_tokens for entry in log] == [2048, 2048, 904]
 
 
 def test_two_requests_share_steps_with_token_costs():
@@ -67,7 +67,7 @@ def test_encoder_budget_cuts_the_chunk_before_an_item_it_cannot_take():
     res, log = simulate([req], cost, token_budget=2048, encoder_budget=2048, step_log=True)
     # step 1: first image only (1500 tokens), chunk stops before the second;
     # step 2: second image + text (1600 tokens).
-    assert [entry[3] for entry in log] == [1500, 1600]
+    assert [entry.num_tokens for entry in log] == [1500, 1600]
     assert res.seqs[0].first_token_at == pytest.approx(0.06 + 0.06)
     assert res.seqs[0].encode_finished_at == pytest.approx(0.06 + 0.05)
 
@@ -107,7 +107,7 @@ def test_preempted_request_recomputes_prompt_and_generated_tokens():
     sched.add(b)
     t = 0.0
     plan = sched.schedule(t)
-    assert [n for _, n in plan.chunks] == [4, 4]
+    assert [n for _, n, _ in plan.chunks] == [4, 4]
     sched.complete(plan, t, t, t + 1)
     # both now decode; after 4 tokens each needs a second block: 4 used of 4 -> preempt b
     for step in range(1, 10):
@@ -123,7 +123,7 @@ def test_preempted_request_recomputes_prompt_and_generated_tokens():
         plan = sched.schedule(t)
         sched.complete(plan, t, t, t + 1)
         t += 1
-        for seq, n in plan.chunks:
+        for seq, n, _ in plan.chunks:
             if seq is b:
                 assert n == 4 + generated_before
 

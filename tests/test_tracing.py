@@ -12,7 +12,12 @@ import pytest
 from lmmsim.engine.steplog import STEP_COLUMNS, StepLog, StepRecord
 from lmmsim.plotting import style
 from lmmsim.plotting.timeline import layout_timeline, plot_timeline, timeline_figure
-from lmmsim.tracing import order_workers, read_chrome_trace, worker_sort_key, write_chrome_trace
+from lmmsim.tracing import (
+    order_workers,
+    read_chrome_trace,
+    worker_sort_key,
+    write_chrome_trace,
+)
 
 
 def _records() -> StepLog:
@@ -31,6 +36,7 @@ def _records() -> StepLog:
     log.append(R("decode0", 0.51, 0.52, "decode", (0, 1, 2, 3, 4, 5), 6, 6))
     log.append(R("decode0", 0.52, 0.92, "decode_run", (), 240, 40))
     log.append(R("encoder1", 0.6, 0.7, "encode", (7,), 100, 1))  # outside any shown request's window
+    log.append(R("encoder1", 0.25, 0.3, "encode", (9,), 50, 1))  # inside it: grey
     return log
 
 
@@ -58,7 +64,7 @@ def _requests_frame() -> pd.DataFrame:
 
 def test_steplog_is_a_list_and_frames():
     log = _records()
-    assert len(log) == 11 and list(log)[0].worker == "prefill0/stage1"
+    assert len(log) == 12 and next(iter(log)).worker == "prefill0/stage1"
     frame = log.to_frame()
     assert list(frame.columns) == list(STEP_COLUMNS)
     assert frame["request_ids"].iloc[2] == (0, 2)
@@ -99,7 +105,7 @@ def test_trace_structure(tmp_path):
     assert by_index == ["requests"] + WORKER_ORDER
 
     xs = [e for e in events if e["ph"] == "X"]
-    assert len(xs) == 11
+    assert len(xs) == 12
     for e in xs:
         assert {"ts", "dur", "pid", "tid", "name", "cat", "args"} <= set(e)
         assert e["pid"] == 1 and e["dur"] >= 0 and e["tid"] in names and names[e["tid"]] != "requests"
@@ -161,12 +167,12 @@ def test_layout_respects_first_n():
     # transfers half height, light shade; LLM steps dark
     link = [b for b in lay.colored if b.kind == "transfer" and b.worker.startswith("link:encoder0")]
     assert [b.height for b in link] == [0.4]
-    enc0 = [b for b in lay.colored if b.worker == "encoder0"][0]
-    pre0 = [b for b in lay.colored if b.worker == "prefill0/stage0" and b.request_id == 0][0]
+    enc0 = next(b for b in lay.colored if b.worker == "encoder0")
+    pre0 = next(b for b in lay.colored if b.worker == "prefill0/stage0" and b.request_id == 0)
     assert enc0.color != pre0.color
-    # grey: steps without shown requests inside the window (request 2's link share is coloured by 0 only)
+    # grey: steps without shown requests that overlap the window (not the decode_run starting at its end)
     grey = [b for b in lay.bars if b.request_id is None]
-    assert {b.kind for b in grey} == {"decode_run"} and not any(b.start_at >= 0.6 for b in grey)
+    assert [(b.worker, b.request_id, b.start_at) for b in grey] == [("encoder1", None, 0.25)]
 
     assert len(layout_timeline(frame, first_n=1).colored) == 6
     assert len(layout_timeline(frame, first_n=3).colored) == 6 + 4 + 5

@@ -36,6 +36,23 @@ attention (whose context sum changes every step, so it would not memoise).
 Memo tables are cleared when they grow past ``MEMO_LIMIT`` entries, which
 bounds memory and never changes a result (every entry is a pure function of
 its key).
+
+Compute / memory split (for GPU sharing, :mod:`lmmsim.engine.gpu_share`):
+:meth:`ComposedStepCostModel.llm_step_parts` and
+:meth:`~ComposedStepCostModel.encode_parts` return ``(compute_s, memory_s)``,
+the step's time in compute-bound and in memory-bound kernels, with
+``compute_s + memory_s == llm_step_s(...)`` (resp. ``encode_s``) up to float
+rounding (the same kernel times, summed in another order). Each kernel goes
+whole into one bucket, by its binding roofline term; launch overhead goes with
+the kernel; all-reduces, gathers and sends are link-bound and count as
+memory-bound (see :mod:`lmmsim.costmodel.roofline`). The composition is
+written once: the same code runs over the predictor's ``*_s`` methods (floats,
+the totals, unchanged) or over a view whose methods return ``(compute,
+memory)`` pairs. The pairs come from the predictor's ``*_parts`` methods when
+it has them (:class:`~lmmsim.costmodel.roofline.RooflinePredictor` does); a
+predictor without them (a fitted one) keeps its own times and borrows the
+roofline's per-kernel classification on the same GPU. The parts have their
+own memo tables, so the ``llm_step_s`` / ``encode_s`` paths are untouched.
 """
 
 from __future__ import annotations
@@ -44,6 +61,7 @@ from typing import Sequence
 
 from lmmsim.catalog import BYTES_PER_PARAM_BF16, GpuSpec, ModelSpec
 from lmmsim.costmodel.base import OperatorPredictor
+from lmmsim.costmodel.roofline import RooflinePredictor
 from lmmsim.errors import UserError
 from lmmsim.workload.request import EncoderWork
 
@@ -53,6 +71,90 @@ WHISPER_MEL_BINS = 128  # Whisper-large-v3 log-mel channels (conv stem input)
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+class _Split:
+    """A (compute_s, memory_s) pair with the arithmetic the composition uses.
+
+    ``+`` another pair (or the int/float 0 that ``sum`` starts from), ``*`` and
+    ``/`` by a number, componentwise; anything else is an error (so a composed
+    term that is not a kernel time cannot slip in unsplit).
+    """
+
+    __slots__ = ("c", "m")
+
+    def __init__(self, c: float, m: float):
+        self.c = c
+        self.m = m
+
+    def __add__(self, other):
+        if isinstance(other, _Split):
+            return _Split(self.c + other.c, self.m + other.m)
+        if isinstance(other, (int, float)) and other == 0:
+            return self
+        return NotImplemented
+
+    __radd__ = __add__
+
+    def __mul__(self, k):
+        if isinstance(k, (int, float)):
+            return _Split(self.c * k, self.m * k)
+        return NotImplemented
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, k):
+        if isinstance(k, (int, float)):
+            return _Split(self.c / k, self.m / k)
+        return NotImplemented
+
+    def pair(self) -> tuple[float, float]:
+        return (float(self.c), float(self.m))
+
+
+_OPS = ("gemm", "attention_prefill", "attention_decode", "elementwise", "allreduce", "p2p")
+
+
+class _BorrowedSplit:
+    """``*_parts`` for a predictor without them: its own time, put whole into the
+    bucket the roofline on the same GPU puts that kernel in."""
+
+    def __init__(self, predictor: OperatorPredictor, gpu: GpuSpec):
+        self._p = predictor
+        self._roof = RooflinePredictor(gpu)
+
+    def _classify(self, op: str, *args) -> tuple[float, float]:
+        t = getattr(self._p, op + "_s")(*args)
+        compute, _ = getattr(self._roof, op + "_parts")(*args)
+        return (t, 0.0) if compute > 0 else (0.0, t)
+
+    def gemm_parts(self, *args):
+        return self._classify("gemm", *args)
+
+    def attention_prefill_parts(self, *args):
+        return self._classify("attention_prefill", *args)
+
+    def attention_decode_parts(self, *args):
+        return self._classify("attention_decode", *args)
+
+    def elementwise_parts(self, num_bytes):
+        return (0.0, self._p.elementwise_s(num_bytes))
+
+    def allreduce_parts(self, num_bytes, world):
+        return (0.0, self._p.allreduce_s(num_bytes, world))
+
+    def p2p_parts(self, num_bytes):
+        return (0.0, self._p.p2p_s(num_bytes))
+
+
+class _SplitView:
+    """Predictor facade whose ``*_s`` methods return :class:`_Split` pairs, so the
+    composition code computes ``(compute_s, memory_s)`` instead of totals."""
+
+    def __init__(self, source):
+        for op in _OPS:
+            parts = getattr(source, op + "_parts")
+            setattr(self, op + "_s", lambda *a, _parts=parts, **kw: _Split(*_parts(*a, **kw)))
 
 
 class ComposedStepCostModel:
@@ -94,6 +196,18 @@ class ComposedStepCostModel:
         self._encode_memo: dict[tuple[tuple[int, int], ...], float] = {}
         # Bound method looked up once: the hot path calls it every decode step.
         self._decode_attention = predictor.attention_decode_s
+
+        # Compute / memory split: a pair-valued view of the predictor, own memos.
+        if all(hasattr(predictor, op + "_parts") for op in _OPS):
+            parts_source = predictor
+        else:
+            parts_source = _BorrowedSplit(predictor, gpu)
+        self._split = _SplitView(parts_source)
+        self._decode_attention_parts = parts_source.attention_decode_parts
+        self._dense_parts_memo: dict[int, tuple[float, float]] = {}
+        self._prefill_parts_memo: dict[tuple[int, int], tuple[float, float]] = {}
+        self._head_parts_memo: dict[int, tuple[float, float]] = {}
+        self._encode_parts_memo: dict[tuple[tuple[int, int], ...], tuple[float, float]] = {}
 
     # ----------------------------------------------------------- memory sizes
     @property
@@ -146,6 +260,52 @@ class ComposedStepCostModel:
             total += t
         return total
 
+    def llm_step_parts(
+        self,
+        prefill_chunks: Sequence[tuple[int, int]],
+        num_decodes: int,
+        decode_context_sum: int,
+        num_sampled: int,
+    ) -> tuple[float, float]:
+        """``(compute_s, memory_s)`` of :meth:`llm_step_s` (same arguments): seconds
+        in compute-bound and in memory-bound (HBM or link) kernels; their sum is
+        ``llm_step_s(...)`` up to float rounding. Memoised like ``llm_step_s``."""
+        c = m = 0.0
+        tokens = num_decodes
+        if prefill_chunks:
+            memo = self._prefill_parts_memo
+            for chunk in prefill_chunks:
+                try:
+                    t = memo.get(chunk)
+                except TypeError:  # a list instead of a tuple
+                    chunk = tuple(chunk)
+                    t = memo.get(chunk)
+                if t is None:
+                    t = self._store(memo, chunk, self._prefill_attention_cost(self._split, chunk).pair())
+                c += t[0]
+                m += t[1]
+                tokens += chunk[0]
+        if tokens <= 0:
+            return (0.0, 0.0)
+        t = self._dense_parts_memo.get(tokens)
+        if t is None:
+            t = self._store(self._dense_parts_memo, tokens, self._dense_cost(self._split, tokens).pair())
+        c += t[0]
+        m += t[1]
+        if num_decodes > 0:
+            dc, dm = self._decode_attention_parts(
+                num_decodes, decode_context_sum, self._heads, self._kv_heads, self._head_dim
+            )
+            c += self._layers * dc
+            m += self._layers * dm
+        if num_sampled > 0:
+            t = self._head_parts_memo.get(num_sampled)
+            if t is None:
+                t = self._store(self._head_parts_memo, num_sampled, self._lm_head_cost(self._split, num_sampled).pair())
+            c += t[0]
+            m += t[1]
+        return (c, m)
+
     def prefill_s(self, num_tokens: int) -> float:
         """A single fresh prefill of ``num_tokens`` prompt tokens (one sampled token)."""
         return self.llm_step_s(((num_tokens, num_tokens),), 0, 0, 1)
@@ -156,9 +316,20 @@ class ComposedStepCostModel:
 
     # Memo fillers: called on a miss, store and return the value.
     def _dense(self, tokens: int) -> float:
+        return self._store(self._dense_memo, tokens, self._dense_cost(self.predictor, tokens))
+
+    def _prefill_attention(self, chunk: tuple[int, int]) -> float:
+        return self._store(self._prefill_memo, chunk, self._prefill_attention_cost(self.predictor, chunk))
+
+    def _lm_head(self, num_sampled: int) -> float:
+        return self._store(self._head_memo, num_sampled, self._lm_head_cost(self.predictor, num_sampled))
+
+    # Compositions: ``p`` is the predictor (-> float seconds) or the split view
+    # (-> _Split pairs); the arithmetic is written once for both.
+    def _dense_cost(self, p, tokens: int):
         """All of a step that depends only on its total token count, over all layers:
         linear layers, all-reduces, norms, rotary, activation, embedding, final norm."""
-        p, tp = self.predictor, self.tp
+        tp = self.tp
         h, hd = self._hidden, self._head_dim
         q_width = self._heads * hd
         kv_width = self._kv_heads * hd
@@ -177,26 +348,20 @@ class ComposedStepCostModel:
         )
         embed = p.elementwise_s(2 * act) + p.allreduce_s(act, tp)  # gather rows, write; combine shards
         final_norm = p.elementwise_s(4 * act)
-        t = self._layers * layer + embed + final_norm
-        return self._store(self._dense_memo, tokens, t)
+        return self._layers * layer + embed + final_norm
 
-    def _prefill_attention(self, chunk: tuple[int, int]) -> float:
+    def _prefill_attention_cost(self, p, chunk: tuple[int, int]):
         """Causal attention of one prefill chunk, over all layers."""
         new_tokens, context = chunk
-        t = self._layers * self.predictor.attention_prefill_s(
-            new_tokens, context, self._heads, self._kv_heads, self._head_dim, True
-        )
-        return self._store(self._prefill_memo, chunk, t)
+        return self._layers * p.attention_prefill_s(new_tokens, context, self._heads, self._kv_heads, self._head_dim, True)
 
-    def _lm_head(self, num_sampled: int) -> float:
+    def _lm_head_cost(self, p, num_sampled: int):
         """LM head over the vocabulary shard, logits gather, sampling."""
-        p = self.predictor
         logits = num_sampled * self._vocab * B
         # Ring all-gather = the all-gather half of a ring all-reduce.
         gather = p.allreduce_s(logits, self.tp) / 2
         sampling = p.elementwise_s(num_sampled * self._vocab * 4 * 2)  # fp32 softmax: read + write
-        t = p.gemm_s(num_sampled, self._vocab_shard, self._hidden) + gather + sampling
-        return self._store(self._head_memo, num_sampled, t)
+        return p.gemm_s(num_sampled, self._vocab_shard, self._hidden) + gather + sampling
 
     # ---------------------------------------------------------------- encoder
     def encode_s(self, works: Sequence[EncoderWork]) -> float:
@@ -217,14 +382,31 @@ class ComposedStepCostModel:
         key = tuple(sorted(units.items()))
         t = self._encode_memo.get(key)
         if t is None:
-            t = self._store(self._encode_memo, key, self._encode(key))
+            t = self._store(self._encode_memo, key, self._encode(self.predictor, key))
         return t
 
-    def _encode(self, units: tuple[tuple[int, int], ...]) -> float:
+    def encode_parts(self, works: Sequence[EncoderWork]) -> tuple[float, float]:
+        """``(compute_s, memory_s)`` of :meth:`encode_s`; their sum is ``encode_s(works)``
+        up to float rounding. Memoised on the same key as ``encode_s``."""
+        if not works:
+            return (0.0, 0.0)
+        units: dict[int, int] = {}
+        for w in works:
+            if w.num_units > 0 and w.seq_len > 0:
+                units[w.seq_len] = units.get(w.seq_len, 0) + w.num_units
+        if not units:
+            return (0.0, 0.0)
+        key = tuple(sorted(units.items()))
+        t = self._encode_parts_memo.get(key)
+        if t is None:
+            t = self._store(self._encode_parts_memo, key, self._encode(self._split, key).pair())
+        return t
+
+    def _encode(self, p, units: tuple[tuple[int, int], ...]):
         enc = self.model.encoder
         if enc is None:
             raise UserError("model", f"{self.model.name!r} has no encoder")
-        p, tp = self.predictor, self.tp
+        tp = self.tp
         h = enc.hidden_size
         heads = _ceil_div(enc.num_heads, tp)  # padded with dummy heads when tp does not divide
         hd = h // enc.num_heads
@@ -264,7 +446,7 @@ class ComposedStepCostModel:
         # Attention: every unit attends to itself, without a mask. Units of equal
         # length run in one varlen kernel, costed as one sequence with that many
         # times the heads (same FLOPs and bytes, one launch).
-        def attention(lengths: dict[int, int]) -> float:
+        def attention(lengths: dict[int, int]):
             return sum(
                 p.attention_prefill_s(length, length, heads * count, heads * count, hd, False)
                 for length, count in sorted(lengths.items())
@@ -290,9 +472,9 @@ class ComposedStepCostModel:
 
         post_norm = p.elementwise_s(2 * act)
         t = stem + enc.num_layers * layer + num_full * full + num_window * windowed + post_norm
-        return t + self._projector(n)
+        return t + self._projector(p, n)
 
-    def _projector(self, encoder_tokens: int) -> float:
+    def _projector(self, p, encoder_tokens: int):
         """Projector MLP over merged tokens, sharded Megatron-style.
 
         Layers alternate column-parallel (even index) and row-parallel (odd,
@@ -300,7 +482,7 @@ class ComposedStepCostModel:
         all-gathers its output. Activations between layers are elementwise.
         """
         proj = self.model.encoder.projector
-        p, tp = self.predictor, self.tp
+        tp = self.tp
         m = _ceil_div(encoder_tokens, proj.tokens_merged)
         dims = [proj.input_dim] + [proj.hidden_dim] * (proj.num_layers - 1) + [proj.output_dim]
         t = 0.0

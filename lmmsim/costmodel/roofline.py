@@ -101,7 +101,10 @@ class RooflinePredictor:
         """
         if m <= 0 or n <= 0 or k <= 0:
             return 0.0
-        return self.kernel_s(*_gemm_work(m, n, k))
+        # Inline copies of _gemm_work / _prefill_work / _decode_work in the *_s
+        # methods: they run on every memo miss (decode attention on every step);
+        # tests pin sum(*_parts) == *_s.
+        return self.kernel_s(2.0 * m * n * k, BYTES_BF16 * (m * k + k * n + m * n))
 
     def gemm_parts(self, m: int, n: int, k: int) -> tuple[float, float]:
         """``(compute_s, memory_s)`` of :meth:`gemm_s` (see the module docstring)."""
@@ -131,7 +134,12 @@ class RooflinePredictor:
         """
         if new_tokens <= 0:
             return 0.0
-        return self.kernel_s(*_prefill_work(new_tokens, context, num_heads, num_kv_heads, head_dim, causal))
+        if context < new_tokens:
+            raise ValueError(f"attention context ({context}) is shorter than the new tokens ({new_tokens})")
+        keys = context - (new_tokens - 1) / 2.0 if causal else float(context)
+        flops = 4.0 * num_heads * head_dim * new_tokens * keys
+        num_bytes = BYTES_BF16 * head_dim * (2 * new_tokens * num_heads + 2 * context * num_kv_heads)
+        return self.kernel_s(flops, num_bytes)
 
     def attention_prefill_parts(
         self, new_tokens: int, context: int, num_heads: int, num_kv_heads: int, head_dim: int, causal: bool = True
@@ -155,8 +163,6 @@ class RooflinePredictor:
         """
         if batch <= 0:
             return 0.0
-        # Inline copy of _decode_work: this runs on every simulated decode step
-        # (its context sum never memoises); tests pin the two equal.
         flops = 4.0 * num_heads * head_dim * context_sum
         num_bytes = BYTES_BF16 * head_dim * (2 * context_sum * num_kv_heads + 2 * batch * num_heads)
         return self.kernel_s(flops, num_bytes)

@@ -73,7 +73,7 @@ class DecodeCohort:
         self._base_sum -= seq.dec_base
         seq.in_decode = False
         seq.cohort = None
-        seq.num_computed = seq.dec_base + self.step_no
+        seq.num_computed = seq.num_scheduled = seq.dec_base + self.step_no
         seq.num_generated = seq.gen_base + self.step_no
         seq.num_blocks = blocks_for(seq.num_computed, self.block_size)
 

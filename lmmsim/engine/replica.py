@@ -18,7 +18,9 @@ from __future__ import annotations
 from typing import Callable
 
 from lmmsim.engine.clock import SimEnvironment
+from lmmsim.engine.pipeline import plan_kind, plan_request_ids
 from lmmsim.engine.scheduler import ContinuousBatchingScheduler, SeqState
+from lmmsim.engine.steplog import StepRecord
 
 
 class Replica:
@@ -33,16 +35,20 @@ class Replica:
         barrier_at: Callable[[], float],
         fast_forward: bool = True,
         step_log: list | None = None,
+        name: str | None = None,
+        on_handoff: Callable[[SeqState], None] | None = None,
     ):
         self.env = env
         self.index = index
+        self.name = name or f"replica{index}"
+        self.on_handoff = on_handoff
         self.scheduler = scheduler
         self.cost = cost
         self.gpu_ids = gpu_ids
         self.on_finish = on_finish
         self.barrier_at = barrier_at
         self.fast_forward = fast_forward
-        self.step_log = step_log  # optional list of (start, end, replica, num_tokens, batch) per step
+        self.step_log = step_log  # optional list of StepRecord, one per step
         self.busy_s = 0.0
         self.num_steps = 0
         self._wakeup = None
@@ -52,9 +58,16 @@ class Replica:
     def load(self) -> int:
         return self.scheduler.num_outstanding
 
+    def gpu_busy_s(self) -> dict[int, float]:
+        return {g: self.busy_s for g in self.gpu_ids}
+
     def submit(self, seq: SeqState) -> None:
         seq.replica = self.index
         self.scheduler.add(seq)
+        self.notify()
+
+    def notify(self) -> None:
+        """New work may be schedulable (an arrival, a hand-off, freed KV): wake if idle."""
         if self._wakeup is not None and not self._wakeup.triggered:
             self.env.succeed_late(self._wakeup)
 
@@ -78,15 +91,24 @@ class Replica:
                     yield env.timeout_at(end_at)
                     self.num_steps += steps
                     if self.step_log is not None:
-                        self.step_log.append((now, end_at, self.index, -1, steps))
+                        self.step_log.append(StepRecord(self.name, now, end_at, "decode_run",
+                                                        tuple(sched.decoding), len(sched.decoding) * steps, steps))
                     self._finish_all(sched.advance_decodes(steps, end_at))
                     continue
             plan = sched.schedule(now)
-            if not plan.chunks and not plan.num_decodes:
-                raise RuntimeError(
-                    f"replica {self.index}: work is waiting but nothing can be scheduled "
-                    f"(free KV blocks {sched.pool.num_free}, waiting {len(sched.queue)})"
-                )
+            if plan.is_empty:
+                if plan.preempted:
+                    continue  # the step only evicted; admission is allowed on the retry
+                if sched.media != "remote":
+                    raise RuntimeError(
+                        f"{self.name}: work is waiting but nothing can be scheduled "
+                        f"(free KV blocks {sched.pool.num_free}, waiting {len(sched.queue)})"
+                    )
+                # Embeddings still on the way: sleep until an arrival or hand-off wakes us.
+                self._wakeup = env.event()
+                yield self._wakeup
+                self._wakeup = None
+                continue
             encode_s = cost.encode_s([seg.item.encoder for _, seg in plan.encodes]) if plan.encodes else 0.0
             step_s = encode_s + cost.llm_step_s(
                 plan.chunk_shapes, plan.num_decodes, plan.decode_context_sum, plan.num_sampled
@@ -96,8 +118,12 @@ class Replica:
             self.busy_s += step_s
             self.num_steps += 1
             if self.step_log is not None:
-                self.step_log.append((now, end_at, self.index, plan.num_tokens, len(plan.chunks) + plan.num_decodes))
-            self._finish_all(sched.complete(plan, now, now + encode_s, end_at))
+                self.step_log.append(StepRecord(self.name, now, end_at, plan_kind(plan), plan_request_ids(plan, sched),
+                                                plan.num_tokens, len(plan.chunks) + plan.num_decodes))
+            handoffs: list = []
+            self._finish_all(sched.complete(plan, now, now + encode_s, end_at, handoffs))
+            for seq in handoffs:
+                self.on_handoff(seq)
 
     def _plan_stretch(self, now: float) -> tuple[int, float]:
         """How many decode-only steps can be applied as one event, and their end.

@@ -64,15 +64,16 @@ class SeqState:
     """Mutable engine state of one request (and its timeline record)."""
 
     __slots__ = (
-        "request", "num_computed", "num_generated", "next_media", "media_ready", "admit_order",
-        "in_decode", "cohort", "dec_base", "gen_base", "finish_step", "num_blocks", "busy",
+        "request", "num_computed", "num_scheduled", "num_generated", "next_media", "media_ready", "admit_order",
+        "in_decode", "cohort", "dec_base", "gen_base", "finish_step", "num_blocks", "busy", "in_flight",
         "prefill_started_at", "first_token_at", "finished_at",
         "encode_started_at", "encode_finished_at", "num_preemptions", "replica", "status",
     )
 
     def __init__(self, request: Request, replica: int = 0):
         self.request = request
-        self.num_computed = 0
+        self.num_computed = 0  # tokens whose KV exists (their batch completed)
+        self.num_scheduled = 0  # tokens handed to batches, including ones still in flight
         self.num_generated = 0
         self.next_media = 0  # local: first media segment not yet encoded in this pass
         self.media_ready = 0  # remote: leading media segments whose embeddings arrived
@@ -83,7 +84,8 @@ class SeqState:
         self.gen_base = 0
         self.finish_step = -1
         self.num_blocks = 0  # only maintained while not decoding
-        self.busy = False  # work of this request is in flight in a pipeline
+        self.busy = False  # may not be scheduled again yet (its last chunk has not cleared)
+        self.in_flight = 0  # batches holding this request that have not completed
         self.prefill_started_at = NAN
         self.first_token_at = NAN
         self.finished_at = NAN
@@ -105,7 +107,7 @@ class StepPlan:
 
     step_no: int
     slot: int = 0
-    chunks: list = field(default_factory=list)  # (SeqState, num_new_tokens), prefill work
+    chunks: list = field(default_factory=list)  # (SeqState, num_new_tokens, first_position), prefill work
     encodes: list = field(default_factory=list)  # (SeqState, PromptSegment) items encoded now
     num_decodes: int = 0
     decode_context_sum: int = 0
@@ -116,7 +118,7 @@ class StepPlan:
     @property
     def chunk_shapes(self) -> tuple:
         """(new_tokens, context_after) per prefill chunk, for the cost model."""
-        return tuple((n, s.num_computed + n) for s, n in self.chunks)
+        return tuple((n, start + n) for _, n, start in self.chunks)
 
     @property
     def is_empty(self) -> bool:
@@ -222,8 +224,8 @@ class ContinuousBatchingScheduler:
     def release_chunks(self, plan: StepPlan) -> None:
         """Chunked pipelining: prefill chunks that do not end their prompt have left
         the first stage, so the request's next chunk may enter it."""
-        for seq, n in plan.chunks:
-            if seq.num_computed + n < seq.num_tokens:
+        for seq, n, start in plan.chunks:
+            if start + n < seq.num_tokens:
                 seq.busy = False
 
     def _preempt(self, seq: SeqState, plan: StepPlan) -> None:
@@ -235,6 +237,7 @@ class ContinuousBatchingScheduler:
         self.pool.free(seq.num_blocks)
         seq.num_blocks = 0
         seq.num_computed = 0
+        seq.num_scheduled = 0
         seq.next_media = 0
         seq.num_preemptions += 1
         seq.status = "waiting"
@@ -243,8 +246,9 @@ class ContinuousBatchingScheduler:
         plan.preempted.append(seq)
 
     def _newest_idle_prefill(self) -> SeqState | None:
+        """The most recently admitted prefilling request with nothing in flight."""
         for seq in reversed(self.prefilling):
-            if not seq.busy:
+            if not seq.in_flight:
                 return seq
         return None
 
@@ -261,7 +265,7 @@ class ContinuousBatchingScheduler:
 
         Appends the items to encode to ``out``; returns (num_new, encoder tokens used).
         """
-        start = seq.num_computed
+        start = seq.num_scheduled
         end = start + num_new
         used = 0
         media = seq.request.media_segments
@@ -282,8 +286,8 @@ class ContinuousBatchingScheduler:
         media = seq.request.media_segments
         if seq.media_ready < len(media):
             limit = media[seq.media_ready].start
-            if seq.num_computed + num_new > limit:
-                return limit - seq.num_computed, 0
+            if seq.num_scheduled + num_new > limit:
+                return limit - seq.num_scheduled, 0
         return num_new, 0
 
     def schedule(self, now: float, slot: int = 0) -> StepPlan:
@@ -324,19 +328,21 @@ class ContinuousBatchingScheduler:
                 i += 1
                 continue
             items: list = []
-            n, used = self._fit(seq, min(seq.num_tokens - seq.num_computed, budget), enc_left, items)
+            n, used = self._fit(seq, min(seq.num_tokens - seq.num_scheduled, budget), enc_left, items)
             if n <= 0:
                 i += 1
                 continue
-            extra = blocks_for(seq.num_computed + n, self.block_size) - seq.num_blocks
+            extra = blocks_for(seq.num_scheduled + n, self.block_size) - seq.num_blocks
             # Victims come from the idle prefill tail only: decodes already hold
-            # their place in this batch.
+            # their place in this batch, and work in flight cannot be recalled.
             while extra > pool.num_free:
                 victim = self._newest_idle_prefill()
+                if victim is None:
+                    break
                 self._preempt(victim, plan)
                 if victim is seq:
                     break
-            if seq.status == "waiting":  # preempted itself: nothing more fits
+            if seq.status == "waiting" or extra > pool.num_free:  # nothing more fits
                 break
             pool.allocate(extra)
             seq.num_blocks += extra
@@ -351,7 +357,7 @@ class ContinuousBatchingScheduler:
             while budget > 0 and len(queue) and self.num_running < self.max_running:
                 seq = queue.peek()
                 items = []
-                n, used = self._fit(seq, min(seq.num_tokens - seq.num_computed, budget), enc_left, items)
+                n, used = self._fit(seq, min(seq.num_tokens - seq.num_scheduled, budget), enc_left, items)
                 if n <= 0:
                     break
                 blocks = blocks_for(n, self.block_size)
@@ -372,12 +378,14 @@ class ContinuousBatchingScheduler:
         return plan
 
     def _add_chunk(self, plan: StepPlan, seq: SeqState, n: int, items: list) -> None:
-        plan.chunks.append((seq, n))
+        plan.chunks.append((seq, n, seq.num_scheduled))
+        seq.num_scheduled += n
         seq.busy = True
+        seq.in_flight += 1
         for seg in items:
             plan.encodes.append((seq, seg))
         seq.next_media += len(items)
-        if seq.num_computed + n == seq.num_tokens:
+        if seq.num_scheduled == seq.num_tokens:
             plan.num_sampled += 1
 
     def complete(
@@ -402,8 +410,9 @@ class ContinuousBatchingScheduler:
         for seq in finished:
             self._finish(seq, ended_at)
         self.num_decoding -= len(finished)
-        for seq, n in plan.chunks:
+        for seq, n, _start in plan.chunks:
             seq.busy = False
+            seq.in_flight -= 1
             if seq.prefill_started_at != seq.prefill_started_at:
                 seq.prefill_started_at = started_at
             seq.num_computed += n

@@ -12,7 +12,8 @@
   importing this module changes no global matplotlib state.
 * :func:`save` writes PNG (200 dpi) or PDF by the path's suffix, creates the
   folder, and refuses to overwrite an existing file unless ``force=True``.
-  PDFs carry no creation date, so the same figure gives the same bytes.
+  PDFs embed TrueType fonts and carry no creation date, so the same figure
+  gives the same bytes.
 
 Figures are built with :class:`matplotlib.figure.Figure` directly (no pyplot
 state, Agg rendering), so all of this works headless.
@@ -104,7 +105,7 @@ RC_PARAMS: dict[str, object] = {
 
 
 def _pick(name: str, options: tuple[str, ...], salt: str) -> str:
-    digest = hashlib.sha256(f"{salt}:{name}".encode("utf-8")).digest()
+    digest = hashlib.sha256(f"{salt}:{name}".encode()).digest()
     return options[int.from_bytes(digest[:8], "big") % len(options)]
 
 
@@ -159,5 +160,6 @@ def save(fig: Figure, path: Path, *, force: bool = False) -> Path:
         raise FileExistsError(f"{path} exists; pass force=True to overwrite")
     path.parent.mkdir(parents=True, exist_ok=True)
     metadata = {"CreationDate": None} if fmt == "pdf" else None
-    fig.savefig(path, format=fmt, dpi=PNG_DPI, metadata=metadata, bbox_inches="tight", pad_inches=0.02)
+    with mpl.rc_context({"pdf.fonttype": 42}):  # TrueType in every PDF, styled or not
+        fig.savefig(path, format=fmt, dpi=PNG_DPI, metadata=metadata, bbox_inches="tight", pad_inches=0.02)
     return path

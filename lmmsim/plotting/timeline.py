@@ -18,8 +18,8 @@ What is drawn:
 * transfers (``kind == "transfer"``) are drawn at half height;
 * x axis: ``time (s)`` since the earliest start of a shown request's step,
   up to the latest end of one; steps outside that window are clipped away;
-* legend: ``request <id>`` with its light and dark shade, plus
-  ``other requests`` when grey bars are drawn.
+* legend (below the axes): ``request <id>`` with its light and dark shade,
+  plus ``other requests`` when grey bars are drawn; optional title on top.
 
 Left out: queueing (a request waiting has no bar), preemptions as such
 (recomputed steps just appear again), KV-cache state, the request markers of
@@ -116,11 +116,11 @@ def layout_timeline(frame: pd.DataFrame, *, first_n: int = 4) -> TimelineLayout:
     grey: list[Bar] = []
     colored: list[Bar] = []
     for worker, start, end, kind, ids in steps:
-        if end < t0 or start > t1:
-            continue
+        mine = sorted(shown_set.intersection(ids))
+        if not mine and (end <= t0 or start >= t1):
+            continue  # other requests' steps only where they overlap the window
         row = row_of[worker]
         height = TRANSFER_HEIGHT if kind == "transfer" else ROW_HEIGHT
-        mine = sorted(shown_set.intersection(ids))
         if not mine:
             grey.append(Bar(worker, row, start, end, kind, None, OTHER_COLOR, row - height / 2, height))
             continue
@@ -179,11 +179,14 @@ def timeline_figure(
         handles.append(Patch(facecolor=OTHER_COLOR))
         labels.append("other requests")
     if handles:
+        ncols = min(len(handles), 3)
+        # matplotlib fills legend columns first; reorder so entries read left to right
+        order = [i for c in range(ncols) for i in range(c, len(handles), ncols)]
         fig.legend(
-            handles,
-            labels,
-            loc="outside upper center",
-            ncols=min(len(handles), 3),
+            [handles[i] for i in order],
+            [labels[i] for i in order],
+            loc="outside lower center",
+            ncols=ncols,
             handler_map={tuple: HandlerTuple(ndivide=None, pad=0)},
             columnspacing=1.0,
         )
