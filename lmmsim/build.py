@@ -1,105 +1,34 @@
 """The one place that turns a validated scenario into runtime objects.
 
-Resolves catalog names, checks that the deployment fits in GPU memory, builds
-the cost model, the request list, the engines and the router, and hands back a
-ready :class:`~lmmsim.engine.simulation.Simulation`.
+Resolves catalog names, places workers on GPUs and checks their memory
+(:mod:`lmmsim.placement`), builds the cost models, the request list, the
+engines, encoders, links and routers, and hands back a ready
+:class:`~lmmsim.engine.simulation.Simulation`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from lmmsim import catalog, policies
 from lmmsim.costmodel.composed import ComposedStepCostModel
 from lmmsim.costmodel.roofline import RooflinePredictor
+from lmmsim.engine.disaggregation import DisaggregatedFrontend, EmbeddingInbox, egress
+from lmmsim.engine.encoder import EncoderWorker
+from lmmsim.engine.frontends import MonolithicFrontend
 from lmmsim.engine.kv_cache import BlockPool
+from lmmsim.engine.pipeline import PipelineEngine
 from lmmsim.engine.replica import Replica
 from lmmsim.engine.scheduler import ContinuousBatchingScheduler
 from lmmsim.engine.simulation import Simulation
+from lmmsim.engine.steplog import StepLog, StepRecord
 from lmmsim.errors import UserError, choices
+from lmmsim.placement import GIB, MemoryPlan, check_encoder_memory, place_workers, plan_llm_memory, shared_gpus
 from lmmsim.workload.generator import generate_requests
 from lmmsim.workload.request import Request
 
-GIB = 2**30
-# CUDA context, NCCL buffers, CUDA graphs and allocator slack per GPU; vLLM
-# measures this at start-up, we take a fixed figure (approximate).
-RUNTIME_OVERHEAD_BYTES = 1.0 * GIB
-
-
-@dataclass
-class MemoryPlan:
-    """Per-GPU memory of one engine replica (bytes)."""
-
-    usable_bytes: float
-    weight_bytes: float
-    activation_bytes: float
-    kv_bytes: float
-    kv_bytes_per_token: float
-    block_size: int
-    num_blocks: int
-    max_model_len: int
-
-    @property
-    def kv_capacity_tokens(self) -> int:
-        return self.num_blocks * self.block_size
-
-
-def activation_reserve_bytes(model: catalog.ModelSpec, tp: int, token_budget: int, max_running: int) -> float:
-    """Peak activation memory of one step, estimated (vLLM profiles it instead).
-
-    Largest transient tensors: the MLP intermediate of a full-budget step
-    (gate and up outputs), hidden states, and fp32 logits of the sampled rows.
-    """
-    llm = model.llm
-    mlp = token_budget * 2 * (llm.intermediate_size // tp) * 2
-    hidden = token_budget * 4 * llm.hidden_size * 2
-    logits = max_running * (llm.vocab_size // tp) * 4
-    return mlp + hidden + logits + RUNTIME_OVERHEAD_BYTES
-
-
-def plan_memory(scn, model: catalog.ModelSpec, gpu: catalog.GpuSpec, cost) -> MemoryPlan:
-    dep = scn.deployment
-    batching = scn.policy.batching
-    usable = gpu.memory_bytes * dep.gpu_memory_utilization
-    weights = cost.weight_bytes_per_gpu
-    if dep.activation_reserve_gib is not None:
-        act = dep.activation_reserve_gib * GIB
-    else:
-        act = activation_reserve_bytes(model, dep.tp, batching.token_budget, batching.max_running)
-    kv_per_token = cost.kv_bytes_per_token_per_gpu
-    kv = usable - weights - act
-    max_len = dep.max_model_len or model.llm.max_context
-    num_blocks = int(kv // (dep.block_size * kv_per_token)) if kv > 0 else 0
-    if num_blocks * dep.block_size < max_len:
-        need = (weights + act + max_len * kv_per_token) / GIB
-        raise UserError(
-            "deployment",
-            f"{model.name} on {gpu.name} with tp={dep.tp} does not fit: weights {weights / GIB:.1f} GiB + "
-            f"activations {act / GIB:.1f} GiB + KV for max_model_len {max_len} tokens "
-            f"{max_len * kv_per_token / GIB:.1f} GiB = {need:.1f} GiB > "
-            f"{dep.gpu_memory_utilization} x {gpu.memory_gib:g} GiB per GPU; raise tp, pick a larger GPU "
-            f"or lower deployment.max_model_len",
-        )
-    return MemoryPlan(usable, weights, act, max(kv, 0.0), kv_per_token, dep.block_size, num_blocks, max_len)
-
-
-def _check_deployment(scn, model: catalog.ModelSpec, gpu: catalog.GpuSpec) -> None:
-    dep = scn.deployment
-    needed = dep.replicas * dep.tp * dep.pp
-    if needed > scn.hardware.count:
-        raise UserError(
-            "deployment",
-            f"needs replicas x tp x pp = {dep.replicas} x {dep.tp} x {dep.pp} = {needed} GPUs "
-            f"but hardware.count is {scn.hardware.count}",
-        )
-    heads = model.llm.num_heads
-    if heads % dep.tp:
-        valid = [t for t in (1, 2, 4, 8, 16) if heads % t == 0]
-        raise UserError(
-            "deployment.tp",
-            f"{model.name} has {heads} attention heads, not divisible by tp={dep.tp}; valid: {valid}",
-        )
+LLM_POOLS = ("llm", "prefill", "decode")
 
 
 @dataclass
@@ -107,16 +36,32 @@ class BuiltRun:
     scenario: object
     model: catalog.ModelSpec
     gpu: catalog.GpuSpec
-    cost: object
-    memory: MemoryPlan
+    placement: dict[str, list[tuple[int, ...]]]
+    memory: dict[str, MemoryPlan]  # per LLM pool
     requests: list[Request]
     rejected: frozenset[int]
     encoder_budget: int
     simulation: Simulation
+    step_log: StepLog | None = None
+    costs: dict = field(default_factory=dict)
 
     @property
     def num_gpus(self) -> int:
         return self.scenario.hardware.count
+
+    @property
+    def max_model_len(self) -> int:
+        return next(iter(self.memory.values())).max_model_len
+
+
+def _check_llm_pool(name: str, key: str, pool, model: catalog.ModelSpec) -> None:
+    heads = model.llm.num_heads
+    if heads % pool.tp:
+        valid = [t for t in (1, 2, 4, 8, 16) if heads % t == 0]
+        raise UserError(f"{key}.tp", f"{model.name} has {heads} attention heads, not divisible by tp={pool.tp}; "
+                        f"valid: {valid}")
+    if pool.pp > model.llm.num_layers:
+        raise UserError(f"{key}.pp", f"{model.name} has {model.llm.num_layers} layers; pp must not exceed it")
 
 
 def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = False, requests=None) -> BuiltRun:
@@ -128,46 +73,145 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
             "hardware.interconnect",
             f"{scn.hardware.interconnect!r} not available on {gpu.name}; valid: {choices(gpu.links)}",
         )
-    _check_deployment(scn, model, gpu)
-    dep = scn.deployment
     link = gpu.links[scn.hardware.interconnect]
-    cost = ComposedStepCostModel(model, gpu, dep.tp, RooflinePredictor(gpu, link))
-    memory = plan_memory(scn, model, gpu, cost)
+    dep = scn.deployment
+    batching = scn.policy.batching
+    monolithic = dep.kind == "monolithic"
+    pools = dep.pools()
+    keys = {"llm": "deployment"} if monolithic else {}
+    if "encoder" in pools and model.encoder is None:
+        raise UserError("deployment.kind", f"{model.name} has no encoder; use kind: monolithic")
+    placement = place_workers(pools, scn.hardware.count, keys)
+    shared = shared_gpus(placement)
+    if shared:
+        g, holders = next(iter(sorted(shared.items())))
+        names = " and ".join(f"{p} worker {w}" for p, w in holders)
+        raise UserError("deployment", f"GPU {g} is given to {names}; GPU sharing is not supported by this "
+                        f"deployment kind yet: give each worker its own GPUs")
+
+    predictor = RooflinePredictor(gpu, link)
+    costs: dict = {}
+    memory: dict[str, MemoryPlan] = {}
+    for name in LLM_POOLS:
+        pool = pools.get(name)
+        if pool is None:
+            continue
+        key = keys.get(name, f"deployment.{name}")
+        _check_llm_pool(name, key, pool, model)
+        costs[name] = ComposedStepCostModel(model, gpu, pool.tp, predictor)
+        receives_embeddings = not monolithic and name in ("llm", "prefill")
+        buffer = dep.embedding_buffer_gib * GIB / (pool.tp * pool.pp) if receives_embeddings else 0.0
+        memory[name] = plan_llm_memory(
+            dep, batching, model, gpu, tp=pool.tp, pp=pool.pp,
+            kv_bytes_per_token_tp=costs[name].kv_bytes_per_token_per_gpu,
+            include_encoder=monolithic, extra_bytes_per_gpu=buffer, pool=name,
+        )
+    if "encoder" in pools:
+        check_encoder_memory(dep, model, gpu, pools["encoder"].tp)
+        costs["encoder"] = ComposedStepCostModel(model, gpu, pools["encoder"].tp, predictor)
 
     if requests is None:
         requests = generate_requests(scn.workload, model, scn.seed, base_dir)
-    max_len = memory.max_model_len
-    rejected = frozenset(
-        r.request_id for r in requests if r.num_prompt_tokens + r.num_output_tokens > max_len
-    )
-    batching = scn.policy.batching
+    max_len = next(iter(memory.values())).max_model_len
+    rejected = frozenset(r.request_id for r in requests if r.num_prompt_tokens + r.num_output_tokens > max_len)
     largest_item = max(
         (seg.length for r in requests if r.request_id not in rejected for seg in r.media_segments), default=0
     )
-    encoder_budget = max(batching.encoder_budget_tokens or batching.token_budget, largest_item)
-    log = [] if step_log else None
+    encoder_budget = max(getattr(batching, "encoder_budget_tokens", None) or batching.token_budget, largest_item)
+    log = StepLog() if step_log else None
+    router_cfg = scn.policy.router
+    hidden_bytes = model.llm.hidden_size * catalog.BYTES_PER_PARAM_BF16
 
-    def make_replica(env, index, on_finish, barrier_at):
+    def make_engine(env, pool_name, index, on_finish, barrier_at, *, media, prefill_only=False,
+                    on_handoff=None, on_batch=None, fast_forward=False):
+        pool = pools[pool_name]
+        ids = placement[pool_name][index]
+        name = f"{'replica' if monolithic else pool_name}{index}"
         scheduler = ContinuousBatchingScheduler(
             queue=policies.create("queue", scn.policy.queue),
-            pool=BlockPool(memory.num_blocks, memory.block_size),
+            pool=BlockPool(memory[pool_name].num_blocks, dep.block_size),
             token_budget=batching.token_budget,
             max_running=batching.max_running,
             encoder_budget=encoder_budget,
+            num_slots=pool.pp,
+            media=media,
+            prefill_only=prefill_only,
+            prefill_throttle=(batching.min_prefill_tokens, batching.token_budget)
+            if batching.kind == "token_throttling" else None,
         )
-        gpu_ids = tuple(range(index * dep.tp, (index + 1) * dep.tp))
-        return Replica(
-            env, index, scheduler, cost, gpu_ids, on_finish, barrier_at,
-            fast_forward=scn.sim.fast_forward, step_log=log,
-        )
+        cost = costs[pool_name]
+        if pool.pp == 1:
+            return Replica(env, index, scheduler, cost, ids, on_finish, barrier_at, fast_forward=fast_forward,
+                           step_log=log, name=name, on_handoff=on_handoff, on_batch=on_batch)
+        stage_ids = [ids[s * pool.tp:(s + 1) * pool.tp] for s in range(pool.pp)]
+        return PipelineEngine(env, index, name, scheduler, cost, pool.pp, stage_ids,
+                              lambda tokens: predictor.p2p_s(tokens * hidden_bytes), on_finish,
+                              chunk_pipelining=pool.chunk_pipelining, on_handoff=on_handoff,
+                              step_log=log, on_batch=on_batch)
 
-    simulation = Simulation(
-        requests,
-        make_replica,
-        dep.replicas,
-        policies.create("router", scn.policy.router),
-        rejected=rejected,
-        horizon_s=scn.sim.horizon_s,
-        progress=progress,
-    )
-    return BuiltRun(scn, model, gpu, cost, memory, requests, rejected, encoder_budget, simulation)
+    def log_transfer(name, start_at, end_at, num_bytes, tag):
+        log.append(StepRecord(f"link:{name}", start_at, end_at, "transfer", (tag,) if tag is not None else (),
+                              0, 1))
+
+    on_transfer = log_transfer if log is not None else None
+
+    def make_frontend(env, on_finish, barrier_at):
+        if monolithic:
+            engines = [
+                make_engine(env, "llm", i, on_finish, barrier_at, media="local", fast_forward=scn.sim.fast_forward)
+                for i in range(dep.replicas)
+            ]
+            return MonolithicFrontend(engines, policies.create("router", router_cfg))
+
+        # Disaggregated. Engines other than the monolithic ones get work from
+        # transfers, not only arrivals, so they never fast-forward.
+        first = "llm" if "llm" in pools else "prefill"
+        enc_pool = pools["encoder"]
+        frontend_box: list = []
+
+        def on_batch_for(i):
+            return lambda plan: frontend_box[0].on_batch(i, plan)
+
+        def on_handoff_for(i):
+            return lambda seq: frontend_box[0].on_prefilled(i, seq)
+
+        llm = [
+            make_engine(env, first, i, on_finish, barrier_at, media="remote", prefill_only=first == "prefill",
+                        on_handoff=on_handoff_for(i) if first == "prefill" else None, on_batch=on_batch_for(i))
+            for i in range(pools[first].workers)
+        ]
+        decode = []
+        if "decode" in pools:
+            def finish_for(d):
+                def finished(seq):
+                    on_finish(seq)
+                    frontend_box[0].on_decode_finish(d)
+                return finished
+
+            decode = [make_engine(env, "decode", d, finish_for(d), barrier_at, media="remote")
+                      for d in range(pools["decode"].workers)]
+        encoders = [
+            EncoderWorker(env, e, f"encoder{e}", costs["encoder"], policies.create("encode_dispatch", enc_pool.dispatch),
+                          placement["encoder"][e], (lambda e: lambda batch, s, t: frontend_box[0].on_encoded(e, batch))(e),
+                          step_log=log)
+            for e in range(enc_pool.workers)
+        ]
+        enc_senders = [egress(env, link, enc_pool.tp, f"encoder{e}->{first}", enc_pool.max_in_flight_sends,
+                              on_transfer) for e in range(enc_pool.workers)]
+        kv_senders = [egress(env, link, pools[first].tp * pools[first].pp, f"prefill{p}->decode",
+                             dep.max_in_flight_kv_transfers, on_transfer)
+                      for p in range(len(llm))] if decode else None
+        inboxes = [EmbeddingInbox(env, e, dep.embedding_buffer_gib * GIB, hidden_bytes,
+                                  admit_when_complete=dep.admission == "after_encode") for e in llm]
+        frontend = DisaggregatedFrontend(
+            env, encoders=encoders, llm_engines=llm, inboxes=inboxes, encoder_senders=enc_senders,
+            router=policies.create("router", router_cfg), streaming=dep.admission == "streaming",
+            decode_engines=decode, kv_senders=kv_senders, kv_bytes_per_token=model.llm.kv_bytes_per_token,
+            decode_router=policies.create("router", router_cfg) if decode else None,
+        )
+        frontend_box.append(frontend)
+        return frontend
+
+    simulation = Simulation(requests, make_frontend, rejected=rejected, horizon_s=scn.sim.horizon_s,
+                            progress=progress)
+    return BuiltRun(scn, model, gpu, placement, memory, requests, rejected, encoder_budget, simulation, log, costs)

@@ -124,7 +124,7 @@ def cmd_run(args) -> int:
     prepare_output_dir(out, args.force)  # fail before simulating, not after
     progress = _Progress(enabled=not args.quiet)
     try:
-        run = run_scenario(scn, base_dir, progress=progress)
+        run = run_scenario(scn, base_dir, progress=progress, trace=args.trace)
     finally:
         progress.close()
     write_results(run, scn, out, force=args.force, csv=args.format == "csv")
@@ -139,17 +139,39 @@ def cmd_validate(args) -> int:
 
     scn, base_dir = load_scenario(args.scenario, args.overrides)
     built = build(scn, base_dir)
-    mem = built.memory
-    mix = {}
+    mix: dict[str, int] = {}
     for r in built.requests:
         mix[r.modality] = mix.get(r.modality, 0) + 1
     print(f"{args.scenario}: valid")
     print(f"  system {scn.system}, model {built.model.name}, {scn.hardware.count}x {built.gpu.name}, "
-          f"{scn.deployment.replicas} replica(s) x tp {scn.deployment.tp}")
-    print(f"  per GPU: weights {mem.weight_bytes / 2**30:.1f} GiB, activations {mem.activation_bytes / 2**30:.1f} GiB, "
-          f"KV {mem.kv_bytes / 2**30:.1f} GiB = {mem.kv_capacity_tokens} tokens per replica")
+          f"deployment {scn.deployment.kind}")
+    for pool, workers in built.placement.items():
+        line = f"  {pool}: {len(workers)} worker(s) on GPUs {[list(w) for w in workers]}"
+        mem = built.memory.get(pool)
+        if mem is not None:
+            line += (f"; per GPU weights {mem.weight_bytes / 2**30:.1f} GiB, activations "
+                     f"{mem.activation_bytes / 2**30:.1f} GiB, KV {mem.kv_bytes / 2**30:.1f} GiB = "
+                     f"{mem.kv_capacity_tokens} tokens per worker")
+        print(line)
     print(f"  workload: {len(built.requests)} requests {dict(sorted(mix.items()))}, "
-          f"{len(built.rejected)} longer than max_model_len {mem.max_model_len}")
+          f"{len(built.rejected)} longer than max_model_len {built.max_model_len}")
+    return 0
+
+
+def cmd_plot(args) -> int:
+    from lmmsim.plotting.timeline import plot_timeline
+
+    source = Path(args.results)
+    trace = source / "trace.json" if source.is_dir() else source
+    if not trace.exists():
+        raise UserError("RESULTS", f"{trace} not found; run with `lmmsim run ... --trace` first")
+    out = Path(args.output)
+    if out.suffix not in (".png", ".pdf"):
+        raise UserError("-o", f"figure must end in .png or .pdf, got {out.name!r}")
+    if out.exists() and not args.force:
+        raise UserError("-o", f"{out} exists; pass --force to overwrite it")
+    plot_timeline(trace, out, first_n=args.first, force=args.force)
+    print(f"wrote {out}")
     return 0
 
 
@@ -188,7 +210,7 @@ def cmd_list(args) -> int:
                   f"{g.memory_gib:5.0f} GiB  links {','.join(g.links)}")
     elif what == "systems":
         for name, s in systems().items():
-            print(f"{name:12s} {s.summary}\n{'':12s} ref: {s.reference}")
+            print(f"{name:10s} {s.summary} [{s.reference}]")
     else:
         for role, table in policies.describe().items():
             for name, summary in table.items():
@@ -211,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("parquet", "csv"), default="parquet",
                    help="csv also writes requests.csv beside the parquet file")
     p.add_argument("-q", "--quiet", action="store_true", help="no table, no progress bar")
+    p.add_argument("--trace", action="store_true",
+                   help="also write DIR/trace.json: every step of every worker (Chrome/Perfetto trace)")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("validate", help="check a scenario (keys, catalog names, memory fit) without running it")
@@ -222,6 +246,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="trace file (.jsonl or .csv)")
     p.add_argument("--force", action="store_true", help="overwrite an existing trace file")
     p.set_defaults(func=cmd_workload)
+
+    p = sub.add_parser("plot", help="draw a figure from saved results",
+                       description="Figures from saved results. KIND 'timeline': a Gantt chart of the first "
+                                   "requests' steps on every worker, from a run made with --trace.")
+    p.add_argument("kind", choices=("timeline",))
+    p.add_argument("results", metavar="RESULTS", help="results directory (or its trace.json)")
+    p.add_argument("-o", "--output", required=True, help="figure file (.png or .pdf)")
+    p.add_argument("--first", type=int, default=4, help="timeline: colour the first N requests (default 4)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing figure")
+    p.set_defaults(func=cmd_plot)
 
     p = sub.add_parser("list", help="list catalog entries and registered names")
     p.add_argument("what", choices=("models", "gpus", "systems", "policies"))

@@ -21,6 +21,7 @@ from lmmsim.errors import UserError
 from lmmsim.metrics.records import requests_frame
 from lmmsim.metrics.summary import clean_json, summarize
 from lmmsim.scenario import dump_scenario
+from lmmsim.tracing import write_chrome_trace
 
 
 @dataclass
@@ -30,39 +31,64 @@ class RunOutput:
     built: object
 
 
-def run_scenario(scn, base_dir: Path = Path("."), *, progress=None, requests=None) -> RunOutput:
-    """Simulate ``scn`` and compute its per-request frame and summary."""
-    built = build(scn, base_dir, progress=progress, requests=requests)
+def run_scenario(scn, base_dir: Path = Path("."), *, progress=None, requests=None, trace: bool = False) -> RunOutput:
+    """Simulate ``scn`` and compute its per-request frame and summary
+    (``trace``: also keep every step for a timeline, in ``built.step_log``)."""
+    built = build(scn, base_dir, progress=progress, requests=requests, step_log=trace)
     result = built.simulation.run()
     df = requests_frame(result.seqs)
     busy = [0.0] * built.num_gpus
-    for rep in result.replicas:
-        for gpu_id in rep.gpu_ids:
-            busy[gpu_id] += rep.busy_s
+    for worker in result.frontend.workers:
+        for gpu_id, seconds in worker.gpu_busy_s().items():
+            busy[gpu_id] += seconds
+    engines = result.frontend.llm_engines
     summary = summarize(
         df,
         gpu_busy_s=busy,
         end_at=result.end_at,
         ttft_slo=scn.slo.ttft_by_modality(),
         tpot_slo=scn.slo.tpot_s,
-        num_preemptions=sum(r.scheduler.num_preemptions for r in result.replicas),
+        num_preemptions=sum(e.scheduler.num_preemptions for e in engines),
     )
     summary["sim_wall_time_s"] = result.wall_s
     summary["sim_events"] = result.num_events
-    summary["sim_steps"] = sum(r.num_steps for r in result.replicas)
+    summary["sim_steps"] = sum(e.num_steps for e in engines)
     summary["sim_end_at_s"] = result.end_at
-    summary["deployment"] = {
-        "kv_capacity_tokens_per_replica": built.memory.kv_capacity_tokens,
-        "weights_gib_per_gpu": built.memory.weight_bytes / 2**30,
-        "activation_reserve_gib_per_gpu": built.memory.activation_bytes / 2**30,
-        "kv_cache_gib_per_gpu": built.memory.kv_bytes / 2**30,
-        "max_model_len": built.memory.max_model_len,
-        "encoder_budget_tokens": built.encoder_budget,
-        "peak_kv_blocks_used": [r.scheduler.pool.peak_used for r in result.replicas],
-        "kv_blocks_per_replica": built.memory.num_blocks,
-    }
+    summary["deployment"] = deployment_summary(built, result.frontend)
     summary["cost_model"] = {"kind": "roofline-v0", "gpu": built.gpu.name}
     return RunOutput(df, clean_json(summary), built)
+
+
+def deployment_summary(built, frontend) -> dict:
+    """Per pool: its workers' GPUs and memory plan, and what the run used."""
+    pools: dict = {}
+    for name, workers in built.placement.items():
+        entry: dict = {"workers": len(workers), "gpu_ids": [list(ids) for ids in workers]}
+        plan = built.memory.get(name)
+        if plan is not None:
+            entry.update({
+                "weights_gib_per_gpu": plan.weight_bytes / 2**30,
+                "activation_reserve_gib_per_gpu": plan.activation_bytes / 2**30,
+                "kv_cache_gib_per_gpu": plan.kv_bytes / 2**30,
+                "kv_blocks_per_worker": plan.num_blocks,
+                "kv_capacity_tokens_per_worker": plan.kv_capacity_tokens,
+            })
+        pools[name] = entry
+    engines = frontend.llm_engines
+    for name in ("llm", "prefill", "decode"):
+        if name in pools:
+            mine = [e for e in engines if e.name.startswith(("replica", name))]
+            pools[name]["peak_kv_blocks_used"] = [e.scheduler.pool.peak_used for e in mine]
+    encoders = getattr(frontend, "encoders", [])
+    if encoders:
+        pools["encoder"]["batches"] = [e.num_batches for e in encoders]
+        pools["encoder"]["items"] = [e.num_items for e in encoders]
+    out = {"kind": built.scenario.deployment.kind, "max_model_len": built.max_model_len,
+           "encoder_budget_tokens": built.encoder_budget, "pools": pools}
+    if hasattr(frontend, "num_kv_transfers"):
+        out["num_kv_transfers"] = frontend.num_kv_transfers
+        out["peak_embedding_buffer_gib"] = [i.buffer.peak / 2**30 for i in frontend.inboxes]
+    return out
 
 
 def prepare_output_dir(out: Path, force: bool) -> None:
@@ -84,6 +110,8 @@ def write_results(run: RunOutput, scn, out: Path, *, force: bool = False, csv: b
             run.requests.to_csv(tmp / "requests.csv", index=False)
         (tmp / "summary.json").write_text(json.dumps(run.summary, indent=2) + "\n")
         (tmp / "scenario.resolved.yaml").write_text(dump_scenario(scn))
+        if run.built.step_log is not None:
+            write_chrome_trace(run.built.step_log, tmp / "trace.json", title=scn.name, requests=run.requests)
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)

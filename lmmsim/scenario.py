@@ -28,6 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, model_validator
 
 from lmmsim import policies
+from lmmsim.deployments import DeploymentConfig, MonolithicDeployment
 from lmmsim.errors import UserError, choices
 from lmmsim.policies.queueing import FcfsConfig
 from lmmsim.policies.routing import RoundRobinConfig
@@ -44,23 +45,6 @@ class HardwareConfig(_Strict):
     gpu: str
     count: PositiveInt = 1
     interconnect: str = "nvlink"
-
-
-class MonolithicDeployment(_Strict):
-    """Encoder, prefill and decode in one engine per replica (vLLM style)."""
-
-    kind: Literal["monolithic"] = "monolithic"
-    replicas: PositiveInt = 1
-    tp: PositiveInt = 1
-    # Pipeline parallelism needs per-stage servers; only pp: 1 is modelled so far.
-    pp: Literal[1] = 1
-    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
-    block_size: PositiveInt = 16
-    max_model_len: PositiveInt | None = None  # default: the model's max context
-    activation_reserve_gib: float | None = Field(None, ge=0)  # default: estimated (lmmsim.build)
-
-
-DeploymentConfig = Annotated[Union[MonolithicDeployment], Field(discriminator="kind")]
 
 
 class ChunkedPrefillConfig(_Strict):
@@ -83,7 +67,16 @@ class ChunkedPrefillConfig(_Strict):
         return self
 
 
-BatchingConfig = Annotated[Union[ChunkedPrefillConfig], Field(discriminator="kind")]
+class TokenThrottlingConfig(ChunkedPrefillConfig):
+    """gLLM's Token Throttling (Guo et al., 2025): with pipeline parallelism, each
+    micro-batch takes an even share of the pending prefill tokens, between
+    ``min_prefill_tokens`` and ``token_budget``, so stages stay balanced."""
+
+    kind: Literal["token_throttling"] = "token_throttling"
+    min_prefill_tokens: PositiveInt = 256
+
+
+BatchingConfig = Annotated[Union[ChunkedPrefillConfig, TokenThrottlingConfig], Field(discriminator="kind")]
 
 
 @functools.lru_cache(maxsize=1)
@@ -282,7 +275,9 @@ def validate_scenario(raw: dict):
         raise UserError("scenario", "must be a YAML mapping of keys")
     system = raw.get("system", "vllm")
     preset = get_system(system)
-    merged = merge_over_preset(preset.defaults, raw)
+    hardware = raw.get("hardware")
+    count = hardware.get("count", 1) if isinstance(hardware, dict) else 1
+    merged = merge_over_preset(preset.defaults_for(count if isinstance(count, int) and count > 0 else 1), raw)
     merged.setdefault("system", system)
     try:
         return scenario_cls().model_validate(merged)

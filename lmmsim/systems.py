@@ -1,12 +1,14 @@
 """Named systems: presets of deployment + policies a scenario picks with ``system:``.
 
-A preset only supplies defaults; every key a scenario sets overrides it. Each
-entry says in one line what it is and cites where it is defined.
+A preset only supplies defaults, computed from ``hardware.count``; every key a
+scenario sets overrides them. Each entry says in one line what it is and cites
+where it is defined; its ``notes`` list the simplifications we make.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 from lmmsim.errors import UserError, choices
 
@@ -16,7 +18,11 @@ class SystemPreset:
     name: str
     summary: str
     reference: str
-    defaults: dict = field(default_factory=dict)
+    defaults: Callable[[int], dict]  # hardware.count -> default keys
+    notes: tuple[str, ...] = field(default=())
+
+    def defaults_for(self, num_gpus: int) -> dict:
+        return self.defaults(num_gpus)
 
 
 _SYSTEMS: dict[str, SystemPreset] = {}
@@ -39,19 +45,99 @@ def systems() -> dict[str, SystemPreset]:
     return dict(sorted(_SYSTEMS.items()))
 
 
-register_system(
-    SystemPreset(
-        name="vllm",
-        summary="monolithic engine per replica (encoder + LLM, TP), FCFS, continuous batching with chunked prefill",
-        reference="Kwon et al., 'Efficient Memory Management for LLM Serving with PagedAttention', SOSP 2023; "
-        "vLLM v1 scheduler; chunked prefill after Agrawal et al., Sarathi-Serve, OSDI 2024",
-        defaults={
-            "deployment": {"kind": "monolithic"},
-            "policy": {
-                "queue": {"kind": "fcfs"},
-                "batching": {"kind": "chunked_prefill"},
-                "router": {"kind": "round_robin"},
-            },
-        },
-    )
-)
+def _pow2_at_most(n: int) -> int:
+    p = 1
+    while p * 2 <= n:
+        p *= 2
+    return p
+
+
+_FCFS = {"queue": {"kind": "fcfs"}, "router": {"kind": "least_loaded"}}
+
+register_system(SystemPreset(
+    name="vllm",
+    summary="monolithic engine (encoder + LLM), TP over all GPUs, FCFS, continuous batching with chunked prefill",
+    reference="Kwon et al., PagedAttention / vLLM, SOSP 2023; vLLM v1 scheduler; chunked prefill after "
+    "Agrawal et al., Sarathi-Serve, OSDI 2024",
+    defaults=lambda n: {
+        "deployment": {"kind": "monolithic", "tp": n},
+        "policy": {**_FCFS, "batching": {"kind": "chunked_prefill"}},
+    },
+    notes=("Encoder runs inside the step on the same GPUs under vLLM's encoder budget.",),
+))
+
+register_system(SystemPreset(
+    name="vllm-pp",
+    summary="monolithic engine with pipeline parallelism over all GPUs and chunked pipelining (CPP)",
+    reference="vLLM pipeline parallelism (virtual engines); CPP from Qin et al., Mooncake, FAST 2025",
+    defaults=lambda n: {
+        "deployment": {"kind": "monolithic", "tp": 1, "pp": n, "chunk_pipelining": True},
+        "policy": {**_FCFS, "batching": {"kind": "chunked_prefill"}},
+    },
+    notes=("Stage time is the full step time over pp (layers split evenly).",
+           "One micro-batch slot per stage, each with its own decode batch (vLLM's virtual engines)."),
+))
+
+register_system(SystemPreset(
+    name="gllm",
+    summary="pipeline parallelism with CPP, micro-batches balanced by Token Throttling, FCFS",
+    reference="Guo et al., gLLM: Global Balanced Pipeline Parallelism with Token Throttling, 2025 "
+    "(baseline in RServe, rserve.txt section 4)",
+    defaults=lambda n: {
+        "deployment": {"kind": "monolithic", "tp": 1, "pp": n, "chunk_pipelining": True},
+        "policy": {**_FCFS, "batching": {"kind": "token_throttling"}},
+    },
+    notes=("Token Throttling: prefill tokens per micro-batch = pending prefill tokens / pp, clamped to "
+           "[min_prefill_tokens, token_budget]; decode balance comes from the per-slot decode batches.",),
+))
+
+register_system(SystemPreset(
+    name="gllm-epd",
+    summary="gLLM with the encoder disaggregated (E + PD): a request is encoded whole, then prefilled",
+    reference="RServe paper's gLLM-epd baseline (rserve.txt section 4.1: one encoder GPU + PP LLM)",
+    defaults=lambda n: {
+        "deployment": {"kind": "e_pd", "encoder": {"workers": 1, "tp": 1, "dispatch": {"kind": "per_request"}},
+                       "llm": {"tp": 1, "pp": max(1, n - 1), "chunk_pipelining": True},
+                       "admission": "after_encode"},
+        "policy": {**_FCFS, "batching": {"kind": "token_throttling"}},
+    },
+    notes=("One encoder GPU, the rest one PP pipeline.",
+           "Embeddings of a request travel as one transfer once its items are encoded."),
+))
+
+register_system(SystemPreset(
+    name="modserve",
+    summary="E + PD: half of the GPUs run the encoder, half prefill+decode, TP inside each",
+    reference="Qiu et al., ModServe: Modality- and Stage-Aware Resource Disaggregation, 2025 "
+    "(baseline configuration as in RPS-Serve, rps-serve.txt: 2 + 2 GPUs with TP2)",
+    defaults=lambda n: {
+        "deployment": {"kind": "e_pd",
+                       "encoder": {"workers": 1, "tp": max(1, n // 2),
+                                   "dispatch": {"kind": "fixed", "max_items": 8, "timeout_s": 0.005}},
+                       "llm": {"tp": max(1, n - n // 2)}, "admission": "after_encode"},
+        "policy": {**_FCFS, "batching": {"kind": "chunked_prefill"}},
+    },
+    notes=("Encoder batches up to 8 items or 5 ms; ModServe's modality-aware autoscaling is not modelled.",),
+))
+
+
+def _dynamo(n: int) -> dict:
+    rest = max(2, n - 1)
+    prefill = _pow2_at_most(max(1, rest // 2))
+    decode = _pow2_at_most(max(1, rest - prefill))
+    return {
+        "deployment": {"kind": "e_p_d", "encoder": {"workers": 1, "tp": 1, "dispatch": {"kind": "per_request"}},
+                       "prefill": {"tp": prefill}, "decode": {"tp": decode}, "admission": "after_encode"},
+        "policy": {**_FCFS, "batching": {"kind": "chunked_prefill"}},
+    }
+
+
+register_system(SystemPreset(
+    name="dynamo",
+    summary="E + P + D: per-request encode, prefill workers hand KV caches to decode workers",
+    reference="NVIDIA Dynamo (disaggregated serving, 2025); the EPD baseline of EAServe (easerve.txt section 4)",
+    defaults=_dynamo,
+    notes=("Default allocation: 1 encoder GPU; of the rest, prefill takes the largest power of two <= half, "
+           "decode the largest power of two of what remains (override with deployment.*).",
+           "KV transfer = prompt tokens x KV bytes per token over the prefill worker's links."),
+))

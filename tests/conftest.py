@@ -9,6 +9,7 @@ import pytest
 from lmmsim.errors import UserError
 
 from lmmsim.engine.kv_cache import BlockPool
+from lmmsim.engine.frontends import MonolithicFrontend
 from lmmsim.engine.replica import Replica
 from lmmsim.engine.scheduler import ContinuousBatchingScheduler
 from lmmsim.engine.simulation import Simulation
@@ -69,15 +70,18 @@ def simulate(requests, cost, *, num_blocks=100_000, block_size=16, token_budget=
     """Run requests through FCFS replicas; returns (result, log)."""
     log = [] if step_log else None
 
-    def make_replica(env, index, on_finish, barrier_at):
-        sched = ContinuousBatchingScheduler(
-            FcfsQueue(), BlockPool(num_blocks, block_size), token_budget, max_running,
-            encoder_budget if encoder_budget is not None else token_budget,
-        )
-        return Replica(env, index, sched, cost, (index,), on_finish, barrier_at,
-                       fast_forward=fast_forward, step_log=log)
+    def make_frontend(env, on_finish, barrier_at):
+        engines = []
+        for index in range(replicas):
+            sched = ContinuousBatchingScheduler(
+                FcfsQueue(), BlockPool(num_blocks, block_size), token_budget, max_running,
+                encoder_budget if encoder_budget is not None else token_budget,
+            )
+            engines.append(Replica(env, index, sched, cost, (index,), on_finish, barrier_at,
+                                   fast_forward=fast_forward, step_log=log))
+        return MonolithicFrontend(engines, RoundRobinRouter())
 
-    sim = Simulation(requests, make_replica, replicas, RoundRobinRouter(), rejected=rejected, horizon_s=horizon_s)
+    sim = Simulation(requests, make_frontend, rejected=rejected, horizon_s=horizon_s)
     return sim.run(), log
 
 

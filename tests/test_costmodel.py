@@ -284,3 +284,124 @@ def test_whisper_and_odd_heads_encoder():
         projector=ProjectorSpec(input_dim=12800, hidden_dim=4096, output_dim=4096, num_layers=3, tokens_merged=4),
     )
     assert make_cost(tp=2, encoder=intern).encode_s([EncoderWork(1, 1024)]) > 0
+
+
+# ------------------------------------------------- compute / memory split
+def test_operator_parts_sum_exactly_to_totals(pred):
+    for m, n, k in ((0, 4096, 4096), (1, 1, 1), (1, 4096, 4096), (64, 4096, 4096), (4096, 11008, 4096)):
+        c, mem = pred.gemm_parts(m, n, k)
+        assert c + mem == pred.gemm_s(m, n, k) and (c == 0.0 or mem == 0.0)
+    for new, ctx, causal in ((0, 0, True), (1, 1, True), (100, 5000, True), (4096, 4096, True), (729, 729, False)):
+        c, mem = pred.attention_prefill_parts(new, ctx, 32, 8, 128, causal)
+        assert c + mem == pred.attention_prefill_s(new, ctx, 32, 8, 128, causal)
+    for batch, ctx_sum in ((0, 0), (1, 10), (64, 64 * 4000), (256, 256 * 100)):
+        c, mem = pred.attention_decode_parts(batch, ctx_sum, 32, 8, 128)
+        assert c + mem == pred.attention_decode_s(batch, ctx_sum, 32, 8, 128)
+    for flops, nbytes in ((0, 0), (1e12, 1e6), (1e6, 1e9)):
+        c, mem = pred.kernel_parts(flops, nbytes)
+        assert c + mem == pred.kernel_s(flops, nbytes) and (c == 0.0 or mem == 0.0)
+    # Bandwidth-only operators are all memory-bound (links count as memory).
+    assert pred.elementwise_parts(1e9) == (0.0, pred.elementwise_s(1e9))
+    assert pred.allreduce_parts(64e6, 4) == (0.0, pred.allreduce_s(64e6, 4))
+    assert pred.p2p_parts(1e6) == (0.0, pred.p2p_s(1e6))
+    with pytest.raises(ValueError):
+        pred.attention_prefill_parts(100, 50, 32, 8, 128)
+
+
+def test_operator_parts_follow_the_binding_term(pred):
+    assert pred.gemm_parts(8192, 8192, 8192)[1] == 0.0  # big square GEMM: compute-bound
+    assert pred.gemm_parts(16, 11008, 4096)[0] == 0.0  # decode-size GEMM: weight reads
+    assert pred.attention_decode_parts(64, 64 * 4096, 32, 8, 128)[0] == 0.0
+
+
+STEP_CASES = [
+    (((512, 1536),), 32, 32 * 800, 33),  # mixed
+    ((), 64, 64 * 1500, 64),  # decode-only
+    (((4096, 4096),), 0, 0, 1),  # one fresh prefill
+    (((300, 300), (128, 2048)), 17, 17 * 1234, 18),
+    (((7, 7),), 0, 0, 0),  # a chunk that samples nothing
+    ((), 0, 0, 0),
+]
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_llm_step_parts_sum_to_step_time(tp):
+    cost = make_cost(tp=tp)
+    for args in STEP_CASES:
+        c, m = cost.llm_step_parts(*args)
+        assert c >= 0 and m >= 0
+        assert c + m == pytest.approx(cost.llm_step_s(*args), rel=1e-12, abs=0)
+    assert cost.llm_step_parts((), 0, 0, 0) == (0.0, 0.0)
+
+
+def test_decode_memory_bound_prefill_compute_bound():
+    cost = make_cost()
+    c, m = cost.llm_step_parts((), 64, 64 * 1500, 64)
+    assert m > 0.9 * (c + m)
+    c, m = cost.llm_step_parts(((4096, 4096),), 0, 0, 1)
+    assert c > 0.85 * (c + m)
+    _, m1 = cost.llm_step_parts(((512, 1536),), 0, 0, 1)
+    _, m2 = cost.llm_step_parts(((512, 1536),), 32, 32 * 800, 33)
+    assert m2 > m1  # adding decodes adds memory-bound time (KV reads)
+
+
+@pytest.mark.parametrize("encoder", [SIGLIP, QWEN_VIT])
+def test_encode_parts_sum_to_encode_time(encoder):
+    for tp in (1, 2):
+        cost = make_cost(tp=tp, encoder=encoder)
+        for works in ([EncoderWork(1, 729)], [EncoderWork(3, 1024), EncoderWork(1, 130)], [EncoderWork(1, 74 * 74)]):
+            c, m = cost.encode_parts(works)
+            assert c > 0 and m > 0
+            assert c + m == pytest.approx(cost.encode_s(works), rel=1e-12, abs=0)
+        assert cost.encode_parts([]) == (0.0, 0.0)
+        assert cost.encode_parts([EncoderWork(0, 729)]) == (0.0, 0.0)
+    # A batch of images through a ViT is mostly compute-bound.
+    c, m = make_cost(encoder=encoder).encode_parts([EncoderWork(8, 1024)])
+    assert c > m
+    with pytest.raises(UserError):
+        make_cost(encoder=None).encode_parts([EncoderWork(1, 16)])
+
+
+def test_parts_memoised_and_do_not_disturb_totals():
+    cost = make_cost(tp=2)
+    args = (((300, 300), (128, 2048)), 17, 17 * 1234, 18)
+    total = make_cost(tp=2).llm_step_s(*args)
+    first = cost.llm_step_parts(*args)
+    assert cost.llm_step_parts(*args) == first
+    assert cost.llm_step_parts([[300, 300], [128, 2048]], 17, 17 * 1234, 18) == first
+    assert make_cost(tp=2).llm_step_parts(*args) == first
+    assert cost.llm_step_s(*args) == total  # parts have their own memos
+    works = [EncoderWork(1, 729), EncoderWork(2, 729)]
+    e = cost.encode_parts(works)
+    assert cost.encode_parts(list(reversed(works))) == e == cost.encode_parts([EncoderWork(3, 729)])
+    cost.MEMO_LIMIT = 4
+    values = [cost.llm_step_parts(((n, n),), 0, 0, 1) for n in range(1, 20)]
+    assert [cost.llm_step_parts(((n, n),), 0, 0, 1) for n in range(1, 20)] == values
+    assert len(cost._dense_parts_memo) <= 4 and len(cost._prefill_parts_memo) <= 4
+
+
+class _FittedLike:
+    """A predictor with only the ``*_s`` methods (as a fitted one would be): 1.25x the roofline."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name):
+        if not name.endswith("_s"):
+            raise AttributeError(name)
+        f = getattr(self._inner, name)
+        return lambda *a, **kw: 1.25 * f(*a, **kw)
+
+
+def test_parts_of_a_predictor_without_parts_methods():
+    roof = RooflinePredictor(H100, NVLINK)
+    fitted = ComposedStepCostModel(make_model(), H100, 2, _FittedLike(roof))
+    ref = ComposedStepCostModel(make_model(), H100, 2, roof)
+    for args in STEP_CASES[:4]:
+        c, m = fitted.llm_step_parts(*args)
+        assert c + m == pytest.approx(fitted.llm_step_s(*args), rel=1e-12)
+        rc, rm = ref.llm_step_parts(*args)
+        # Same kernels in the same buckets, each 1.25x as long.
+        assert c == pytest.approx(1.25 * rc, rel=1e-12) and m == pytest.approx(1.25 * rm, rel=1e-12)
+    c, m = fitted.encode_parts([EncoderWork(2, 729)])
+    assert c + m == pytest.approx(fitted.encode_s([EncoderWork(2, 729)]), rel=1e-12)

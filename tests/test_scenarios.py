@@ -30,4 +30,6 @@ def test_scenario_runs(path):
     media = finished[finished["num_mm_tokens"] > 0]
     assert media["encode_finished_at"].notna().all()
     assert 0 < s["gpu_utilization"]["mean"] <= 1
-    assert s["deployment"]["peak_kv_blocks_used"][0] <= s["deployment"]["kv_blocks_per_replica"]
+    for pool in s["deployment"]["pools"].values():
+        for peak in pool.get("peak_kv_blocks_used", []):
+            assert peak <= pool["kv_blocks_per_worker"]

@@ -353,7 +353,9 @@ class ComposedStepCostModel:
     def _prefill_attention_cost(self, p, chunk: tuple[int, int]):
         """Causal attention of one prefill chunk, over all layers."""
         new_tokens, context = chunk
-        return self._layers * p.attention_prefill_s(new_tokens, context, self._heads, self._kv_heads, self._head_dim, True)
+        return self._layers * p.attention_prefill_s(
+            new_tokens, context, self._heads, self._kv_heads, self._head_dim, True
+        )
 
     def _lm_head_cost(self, p, num_sampled: int):
         """LM head over the vocabulary shard, logits gather, sampling."""

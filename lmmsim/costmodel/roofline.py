@@ -42,6 +42,12 @@ pure-traffic kernels included) it is memory-bound, ``(0.0, kernel_s)``. So
   third "fixed" bucket would be more precise for launch-dominated kernels, but
   the sharing model only has the two rates, and the launch cost is a few
   microseconds per kernel.
+* **Small kernels.** The size-efficiency penalty (``compute_half_flops``)
+  is part of the compute term, so a kernel too small to fill the GPU (e.g.
+  decode attention of a batch of one) can come out compute-bound although it
+  is really occupancy/latency-bound; under an SM partition such a kernel
+  slows less than ``1 / g(share)``. Conservative; negligible for batches
+  that matter (a 64-sequence decode step is ~98 % memory-bound).
 * **Collectives and point-to-point sends are memory-bound**
   (``(0.0, t)``): they are limited by the link (NVLink / PCIe), not by the
   SMs; the sharing model treats link time like HBM time (not isolated by an

@@ -146,8 +146,8 @@ class GpuRun(NamedTuple):
 
 class _Run:
     __slots__ = (
-        "worker", "compute_s", "memory_s", "submitted_at", "started_at", "done",
-        "remaining", "seg_start", "period", "end_at", "gen",
+        "compute_s", "done", "end_at", "gen", "memory_s", "period",
+        "remaining", "seg_start", "started_at", "submitted_at", "worker",
     )
 
     def __init__(self, worker: str, compute_s: float, memory_s: float, now: float, done: Event):
@@ -383,9 +383,7 @@ class SharedGpu:
                 if now >= run.end_at:
                     run.remaining = 0.0  # due now: land on it exactly
                 else:
-                    run.remaining -= (now - run.seg_start) / run.period
-                    if run.remaining < 0.0:
-                        run.remaining = 0.0
+                    run.remaining = max(run.remaining - (now - run.seg_start) / run.period, 0.0)
             run.seg_start = now
             run.period = period
             run.end_at = now + run.remaining * period  # remaining == 1.0 at start: now + period exactly

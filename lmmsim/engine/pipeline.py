@@ -65,6 +65,7 @@ class PipelineEngine:
         chunk_pipelining: bool = True,
         on_handoff: Callable[[SeqState], None] | None = None,
         step_log: list | None = None,
+        on_batch: Callable | None = None,
     ):
         if num_stages < 1 or len(stage_gpu_ids) != num_stages:
             raise ValueError("one GPU group per stage")
@@ -78,6 +79,7 @@ class PipelineEngine:
         self.activation_s = activation_s  # p2p time of activations for a batch of n tokens
         self.on_finish = on_finish
         self.on_handoff = on_handoff
+        self.on_batch = on_batch
         self.chunk_pipelining = chunk_pipelining
         self.step_log = step_log
         self.stage_busy_s = [0.0] * num_stages
@@ -160,6 +162,8 @@ class PipelineEngine:
             self.num_steps += 1
             handoffs: list = []
             finished = sched.complete(plan, start, start + encode_s, env.now, handoffs)
+            if self.on_batch is not None:
+                self.on_batch(plan)
             self.notify()
             for seq in finished:
                 self.on_finish(seq)

@@ -37,11 +37,13 @@ class Replica:
         step_log: list | None = None,
         name: str | None = None,
         on_handoff: Callable[[SeqState], None] | None = None,
+        on_batch: Callable | None = None,
     ):
         self.env = env
         self.index = index
         self.name = name or f"replica{index}"
         self.on_handoff = on_handoff
+        self.on_batch = on_batch  # called with each completed StepPlan (embedding release)
         self.scheduler = scheduler
         self.cost = cost
         self.gpu_ids = gpu_ids
@@ -122,6 +124,8 @@ class Replica:
                                                 plan.num_tokens, len(plan.chunks) + plan.num_decodes))
             handoffs: list = []
             self._finish_all(sched.complete(plan, now, now + encode_s, end_at, handoffs))
+            if self.on_batch is not None:
+                self.on_batch(plan)
             for seq in handoffs:
                 self.on_handoff(seq)
 

@@ -137,6 +137,7 @@ class ContinuousBatchingScheduler:
         num_slots: int = 1,
         media: str = "local",
         prefill_only: bool = False,
+        prefill_throttle: tuple[int, int] | None = None,
     ):
         if max_running > token_budget:
             raise ValueError("max_running must be <= token_budget")
@@ -149,6 +150,9 @@ class ContinuousBatchingScheduler:
         self.encoder_budget = encoder_budget
         self.media = media
         self.prefill_only = prefill_only
+        # gLLM's Token Throttling: (min, max) prefill tokens per batch, aiming at
+        # an even share of the pending prefill work per pipeline slot.
+        self.prefill_throttle = prefill_throttle
         self.block_size = pool.block_size
         self.cohorts = [DecodeCohort(pool.block_size) for _ in range(num_slots)]
         self._admit_counter = 0
@@ -296,6 +300,8 @@ class ContinuousBatchingScheduler:
         step = cohort.step_no
         plan = StepPlan(step, slot)
         budget = self.token_budget
+        if self.prefill_throttle is not None:
+            budget = min(budget, len(cohort) + self._throttled_prefill_tokens())
         enc_left = self.encoder_budget
         pool = self.pool
         self.queue.refresh(now)
@@ -374,8 +380,16 @@ class ContinuousBatchingScheduler:
                 budget -= n
                 enc_left -= used
 
-        plan.num_tokens = self.token_budget - budget
+        plan.num_tokens = sum(n for _, n, _ in plan.chunks) + plan.num_decodes
         return plan
+
+    def _throttled_prefill_tokens(self) -> int:
+        """Pending prefill tokens spread over the pipeline slots, within (min, max)."""
+        low, high = self.prefill_throttle
+        pending = sum(s.num_tokens - s.num_scheduled for s in self.prefilling)
+        pending += sum(s.num_tokens - s.num_scheduled for s in self.queue)
+        share = -(-pending // len(self.cohorts))
+        return max(low, min(high, share))
 
     def _add_chunk(self, plan: StepPlan, seq: SeqState, n: int, items: list) -> None:
         plan.chunks.append((seq, n, seq.num_scheduled))

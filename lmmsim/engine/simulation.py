@@ -18,33 +18,38 @@ from lmmsim.workload.request import Request
 @dataclass
 class SimulationResult:
     seqs: list[SeqState]  # one per request, in request order
-    replicas: list
+    frontend: object  # its ``workers`` and ``llm_engines`` hold the run's statistics
     end_at: float  # simulated time of the last event
     num_events: int
     wall_s: float
-    step_log: list | None
+
+    @property
+    def replicas(self) -> list:
+        """The LLM engines (workers with a KV cache)."""
+        return self.frontend.llm_engines
 
 
 class Simulation:
-    """Replays ``requests`` against replicas built by ``make_replica``.
+    """Replays ``requests`` against the deployment ``make_frontend`` builds.
 
-    ``make_replica(env, index, on_finish, barrier_at) -> Replica``.
-    ``rejected`` holds request ids the engine refuses at arrival (longer than
-    the deployment's max model length); they are reported, never run.
+    ``make_frontend(env, on_finish, barrier_at)`` returns a front end (see
+    :mod:`lmmsim.engine.frontends`): ``arrive(seq)`` routes a request,
+    ``workers`` / ``llm_engines`` list what it runs. Engines call
+    ``on_finish(seq)`` once per completed request and may ask ``barrier_at()``
+    for the next instant anything external can change (the next arrival or
+    the horizon). ``rejected`` holds request ids refused at arrival (longer
+    than the deployment's max model length); they are reported, never run.
     """
 
     def __init__(
         self,
         requests: Sequence[Request],
-        make_replica: Callable,
-        num_replicas: int,
-        router,
+        make_frontend: Callable,
         rejected: frozenset[int] = frozenset(),
         horizon_s: float | None = None,
         progress: Callable[[int, int], None] | None = None,
     ):
         self.requests = requests
-        self.router = router
         self.rejected = rejected
         self.horizon_s = horizon_s
         self.progress = progress
@@ -53,9 +58,7 @@ class Simulation:
         self._next_arrival_at = requests[0].arrived_at if requests else math.inf
         self._horizon = math.inf if horizon_s is None else horizon_s
         self.num_done = 0
-        self.replicas = [
-            make_replica(self.env, i, self._on_finish, self._barrier_at) for i in range(num_replicas)
-        ]
+        self.frontend = make_frontend(self.env, self._on_finish, self._barrier_at)
 
     def _barrier_at(self) -> float:
         return min(self._next_arrival_at, self._horizon)
@@ -67,7 +70,7 @@ class Simulation:
 
     def _arrivals(self):
         env = self.env
-        replicas = self.replicas
+        frontend = self.frontend
         seqs = self.seqs
         requests = self.requests
         n = len(requests)
@@ -78,8 +81,7 @@ class Simulation:
                 seq.status = "rejected"
                 self._on_finish(seq)
                 continue
-            idx = self.router.route(seq.request, [r.load for r in replicas]) if len(replicas) > 1 else 0
-            replicas[idx].submit(seq)
+            frontend.arrive(seq)
 
     def run(self) -> SimulationResult:
         wall0 = time.perf_counter()
@@ -93,12 +95,10 @@ class Simulation:
                 seq.status = "unfinished"
         if self.progress is not None:
             self.progress(self.num_done, len(self.seqs))
-        step_log = self.replicas[0].step_log if self.replicas else None
         return SimulationResult(
             seqs=self.seqs,
-            replicas=self.replicas,
+            frontend=self.frontend,
             end_at=self.env.now,
             num_events=self.env.num_events,
             wall_s=time.perf_counter() - wall0,
-            step_log=step_log,
         )

@@ -41,6 +41,10 @@ class QueuePolicy(ABC):
     @abstractmethod
     def __len__(self) -> int: ...
 
+    @abstractmethod
+    def __iter__(self):
+        """The waiting entries (any order)."""
+
     def refresh(self, now: float) -> None:  # noqa: B027 - optional hook
         """Update time-dependent priorities; FCFS has none."""
 
@@ -71,3 +75,6 @@ class FcfsQueue(QueuePolicy):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def __iter__(self):
+        return iter(self._entries)

@@ -1,0 +1,147 @@
+"""The scenario's ``deployment:`` section: where encoding, prefill and decode run.
+
+Three kinds (DESIGN.md, "Deployments to model"):
+
+* ``monolithic`` -- encoder + prefill + decode in one engine per replica
+  (vLLM with TP and/or PP, gLLM, RPS-Serve);
+* ``e_pd`` -- an encoder pool on its own GPUs sends embeddings to
+  prefill+decode engines (ModServe, gLLM-epd, RServe);
+* ``e_p_d`` -- encoder, prefill and decode pools; embeddings go E->P, KV caches
+  P->D (Dynamo, EPDServe, EAServe).
+
+LLM workers are ``tp x pp`` GPUs each; encoder workers ``tp`` GPUs. GPUs are
+numbered ``0 .. hardware.count-1`` and handed out in pool order (encoders,
+then prefill/LLM, then decode) unless a pool gives ``gpu_ids`` per worker.
+Two workers may share a GPU only when ``gpu_sharing`` says how.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+
+from lmmsim import policies
+from lmmsim.policies.encode_dispatch import PerRequestConfig
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class MemorySettings(_Strict):
+    """Memory keys every deployment shares (per LLM GPU)."""
+
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    block_size: PositiveInt = 16
+    max_model_len: PositiveInt | None = None  # default: the model's max context
+    activation_reserve_gib: float | None = Field(None, ge=0)  # default: estimated (lmmsim.build)
+
+
+class SharingConfig(_Strict):
+    """How workers placed on the same GPU share it.
+
+    ``time_slice``: one runs at a time. ``sm_split``: each pool gets a fixed
+    fraction of the SMs (``sm_shares``, by pool name: encoder, llm, prefill,
+    decode); compute-bound work slows along a saturating curve of the share,
+    memory-bound work is not isolated (:mod:`lmmsim.engine.gpu_share`).
+    """
+
+    mode: Literal["time_slice", "sm_split"] = "time_slice"
+    sm_shares: dict[Literal["encoder", "llm", "prefill", "decode"], float] = {}
+    memory_interference: float = Field(1.0, ge=0)
+
+    @model_validator(mode="after")
+    def _shares_valid(self):
+        for pool, share in self.sm_shares.items():
+            if not 0 <= share <= 1:
+                raise ValueError(f"sm_shares.{pool} must be within [0, 1]")
+        if self.mode == "sm_split" and not self.sm_shares:
+            raise ValueError("sm_split needs sm_shares, e.g. {encoder: 0.3, prefill: 0.7}")
+        return self
+
+
+class LlmPoolConfig(_Strict):
+    """A pool of LLM workers (prefill+decode, prefill-only or decode-only)."""
+
+    workers: PositiveInt = 1
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    # With pp > 1: chunked pipeline parallelism (true) or vanilla PP (false).
+    chunk_pipelining: bool = True
+    gpu_ids: list[list[NonNegativeInt]] | None = None  # per worker: tp x pp ids, stage by stage
+
+    @property
+    def gpus_per_worker(self) -> int:
+        return self.tp * self.pp
+
+
+class EncoderPoolConfig(_Strict):
+    """A pool of encoder workers (vision / audio encoder + projector)."""
+
+    workers: PositiveInt = 1
+    tp: PositiveInt = 1
+    gpu_ids: list[list[NonNegativeInt]] | None = None  # per worker: tp ids
+    dispatch: policies.config_union("encode_dispatch") = PerRequestConfig()  # type: ignore[valid-type]
+    # Embedding transfers one encoder worker keeps in flight (backpressure).
+    max_in_flight_sends: PositiveInt | None = 4
+
+    @property
+    def gpus_per_worker(self) -> int:
+        return self.tp
+
+
+class MonolithicDeployment(MemorySettings):
+    """Encoder, prefill and decode in one engine per replica (vLLM style)."""
+
+    kind: Literal["monolithic"] = "monolithic"
+    replicas: PositiveInt = 1
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    chunk_pipelining: bool = True  # with pp > 1: CPP (true) or vanilla PP (false)
+    gpu_ids: list[list[NonNegativeInt]] | None = None  # per replica: tp x pp ids, stage by stage
+
+    def pools(self) -> dict[str, LlmPoolConfig]:
+        return {"llm": LlmPoolConfig(workers=self.replicas, tp=self.tp, pp=self.pp,
+                                     chunk_pipelining=self.chunk_pipelining, gpu_ids=self.gpu_ids)}
+
+
+class _Disaggregated(MemorySettings):
+    encoder: EncoderPoolConfig = EncoderPoolConfig()
+    # after_encode: a request enters the LLM queue once all its embeddings
+    # arrived (gLLM-epd, ModServe, Dynamo). streaming: it enters at arrival and
+    # each chunk stops before the first embedding still missing.
+    admission: Literal["after_encode", "streaming"] = "after_encode"
+    # Receiver memory set aside for embeddings in transit or not yet consumed
+    # (taken from the KV cache); senders wait when it is full.
+    embedding_buffer_gib: PositiveFloat = 2.0
+    gpu_sharing: SharingConfig | None = None
+
+
+class EncodePrefillDecodeDeployment(_Disaggregated):
+    """Encoder pool + prefill/decode engines (``e_pd``)."""
+
+    kind: Literal["e_pd"] = "e_pd"
+    llm: LlmPoolConfig = LlmPoolConfig()
+
+    def pools(self) -> dict:
+        return {"encoder": self.encoder, "llm": self.llm}
+
+
+class FullyDisaggregatedDeployment(_Disaggregated):
+    """Encoder, prefill and decode pools (``e_p_d``)."""
+
+    kind: Literal["e_p_d"] = "e_p_d"
+    prefill: LlmPoolConfig = LlmPoolConfig()
+    decode: LlmPoolConfig = LlmPoolConfig()
+    # KV-cache transfers one prefill worker keeps in flight (backpressure).
+    max_in_flight_kv_transfers: PositiveInt | None = 4
+
+    def pools(self) -> dict:
+        return {"encoder": self.encoder, "prefill": self.prefill, "decode": self.decode}
+
+
+DeploymentConfig = Annotated[
+    Union[MonolithicDeployment, EncodePrefillDecodeDeployment, FullyDisaggregatedDeployment],
+    Field(discriminator="kind"),
+]

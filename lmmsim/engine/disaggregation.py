@@ -1,0 +1,233 @@
+"""Disaggregated deployments: encoders send embeddings to LLM workers, prefill sends KV to decode.
+
+Flow of a request with media (``e_pd`` and ``e_p_d``):
+
+1. at arrival the front end picks its LLM worker (the queue router) and the
+   least-loaded encoder worker, and queues its media items there;
+2. when a batch is encoded, each request's embeddings in it travel to its LLM
+   worker as one transfer over the encoder's egress link (bandwidth shared by
+   concurrent transfers, at most ``max_in_flight_sends`` in flight); the
+   receiver sets buffer memory aside before a transfer starts and frees it
+   when prefill has consumed the item (its last position computed);
+3. ``after_encode`` admission: the request joins the LLM queue once all its
+   embeddings arrived; ``streaming``: it joins at arrival and each chunk stops
+   before the first embedding still missing.
+
+Text-only requests go straight to their LLM worker.
+
+``e_p_d``: the LLM workers are prefill-only. When a request's first token is
+sampled, a decode worker (least loaded) reserves KV blocks for it -- the
+request waits at the prefill worker, KV held, until the reservation succeeds
+-- then its KV cache (prompt tokens x KV bytes per token) is sent over the
+prefill worker's egress link, after which the prefill worker frees its blocks
+and the request joins the decode worker's batch.
+
+A worker's egress link is its GPUs' links taken together (one NIC or NVLink
+port per GPU): bandwidth x GPUs.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from lmmsim.engine.links import Link, Sender
+from lmmsim.policies.encode_dispatch import EncodeItem
+
+
+class ByteBudget:
+    """Receiver memory for embeddings, granted FIFO. A request larger than the
+    whole budget is admitted when the budget is empty (alone), so it cannot
+    deadlock."""
+
+    def __init__(self, env, capacity_bytes: float):
+        self.env = env
+        self.capacity = capacity_bytes
+        self.used = 0.0
+        self.peak = 0.0
+        self._waiting: deque = deque()
+
+    def acquire(self, num_bytes: float):
+        ev = self.env.event()
+        self._waiting.append((num_bytes, ev))
+        self._grant()
+        return ev
+
+    def release(self, num_bytes: float) -> None:
+        self.used -= num_bytes
+        self._grant()
+
+    def _grant(self) -> None:
+        while self._waiting:
+            num_bytes, ev = self._waiting[0]
+            if self.used + num_bytes > self.capacity and self.used > 0:
+                return
+            self._waiting.popleft()
+            self.used += num_bytes
+            self.peak = max(self.peak, self.used)
+            ev.succeed()
+
+
+class EmbeddingInbox:
+    """Embeddings arriving at one LLM worker."""
+
+    def __init__(self, env, engine, buffer_bytes: float, bytes_per_token: float, admit_when_complete: bool):
+        self.engine = engine
+        self.buffer = ByteBudget(env, buffer_bytes)
+        self.bytes_per_token = bytes_per_token
+        self.admit_when_complete = admit_when_complete
+        self._arrived: dict[int, set[int]] = {}  # request id -> media indices arrived
+        self._consumed: dict[int, int] = {}  # request id -> media items released
+
+    def deliver(self, seq, indices: list[int]) -> None:
+        rid = seq.request.request_id
+        got = self._arrived.setdefault(rid, set())
+        got.update(indices)
+        ready = seq.media_ready
+        while ready in got:
+            ready += 1
+        if ready > seq.media_ready:
+            self.engine.scheduler.media_arrived(seq, ready - seq.media_ready)
+        if ready == len(seq.request.media_segments):
+            del self._arrived[rid]
+            if self.admit_when_complete:
+                self.engine.submit(seq)
+                return
+        self.engine.notify()
+
+    def consume(self, seq) -> None:
+        """Free the embeddings of media items whose positions are all computed."""
+        rid = seq.request.request_id
+        media = seq.request.media_segments
+        done = self._consumed.get(rid, 0)
+        freed = 0
+        while done < len(media) and media[done].end <= seq.num_computed:
+            freed += media[done].length
+            done += 1
+        if freed:
+            self.buffer.release(freed * self.bytes_per_token)
+        if done == len(media):
+            self._consumed.pop(rid, None)
+        else:
+            self._consumed[rid] = done
+
+
+class DisaggregatedFrontend:
+    """Routes arrivals through encoders to LLM workers, and (``e_p_d``) prefill to decode."""
+
+    def __init__(
+        self,
+        env,
+        *,
+        encoders: list,
+        llm_engines: list,
+        inboxes: list[EmbeddingInbox],
+        encoder_senders: list[Sender],
+        router,
+        streaming: bool,
+        decode_engines: list | None = None,
+        kv_senders: list[Sender] | None = None,
+        kv_bytes_per_token: float = 0.0,
+        decode_router=None,
+    ):
+        self.env = env
+        self.encoders = encoders
+        self.prefill = llm_engines
+        self.inboxes = inboxes
+        self.encoder_senders = encoder_senders
+        self.router = router
+        self.streaming = streaming
+        self.decode = decode_engines or []
+        self.kv_senders = kv_senders or []
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.decode_router = decode_router
+        self._kv_waiting: list[deque] = [deque() for _ in self.decode]
+        self.num_kv_transfers = 0
+
+    @property
+    def workers(self) -> list:
+        return [*self.encoders, *self.prefill, *self.decode]
+
+    @property
+    def llm_engines(self) -> list:
+        return [*self.prefill, *self.decode]
+
+    # ------------------------------------------------------------- arrivals
+    def arrive(self, seq) -> None:
+        engines = self.prefill
+        target = self.router.route(seq.request, [e.load for e in engines]) if len(engines) > 1 else 0
+        media = seq.request.media_segments
+        if not media:
+            engines[target].submit(seq)
+            return
+        if self.streaming:
+            engines[target].submit(seq)
+        encoder = min(range(len(self.encoders)), key=lambda i: self.encoders[i].load)
+        now = self.env.now
+        self.encoders[encoder].submit([EncodeItem(seq, seg, now, target) for seg in media])
+
+    # ------------------------------------------------------ embeddings E -> P
+    def on_encoded(self, encoder: int, batch: list[EncodeItem]) -> None:
+        """Send each request's embeddings in the batch as one transfer."""
+        groups: dict[int, list[EncodeItem]] = {}
+        for it in batch:
+            groups.setdefault(it.seq.request.request_id, []).append(it)
+        for items in groups.values():
+            self._send_embeddings(encoder, items)
+
+    def _send_embeddings(self, encoder: int, items: list[EncodeItem]) -> None:
+        seq = items[0].seq
+        inbox = self.inboxes[items[0].target]
+        media = seq.request.media_segments
+        index = {id(seg): i for i, seg in enumerate(media)}
+        indices = [index[id(it.segment)] for it in items]
+        num_bytes = sum(it.num_llm_tokens for it in items) * inbox.bytes_per_token
+        sender = self.encoder_senders[encoder]
+
+        def start(_event):
+            sender.send(num_bytes, tag=seq.request.request_id).callbacks.append(
+                lambda _done: inbox.deliver(seq, indices))
+
+        inbox.buffer.acquire(num_bytes).callbacks.append(start)
+
+    def on_batch(self, engine_index: int, plan) -> None:
+        """After an LLM batch: release embeddings its chunks consumed."""
+        inbox = self.inboxes[engine_index]
+        for seq, _n, _start in plan.chunks:
+            if seq.request.media_segments:
+                inbox.consume(seq)
+
+    # ----------------------------------------------------------- KV  P -> D
+    def on_prefilled(self, prefill_index: int, seq) -> None:
+        decode = self.decode
+        d = self.decode_router.route(seq.request, [e.load for e in decode]) if len(decode) > 1 else 0
+        if not self._kv_waiting[d] and decode[d].scheduler.reserve(seq):
+            self._send_kv(prefill_index, d, seq)
+        else:
+            self._kv_waiting[d].append((prefill_index, seq))
+
+    def on_decode_finish(self, decode_index: int) -> None:
+        """Blocks freed on a decode worker: start the reservations that now fit."""
+        waiting = self._kv_waiting[decode_index]
+        sched = self.decode[decode_index].scheduler
+        while waiting and sched.reserve(waiting[0][1]):
+            p, seq = waiting.popleft()
+            self._send_kv(p, decode_index, seq)
+
+    def _send_kv(self, p: int, d: int, seq) -> None:
+        self.num_kv_transfers += 1
+        num_bytes = seq.num_computed * self.kv_bytes_per_token
+        prefill, decode = self.prefill[p], self.decode[d]
+
+        def arrived(_event):
+            prefill.scheduler.release(seq)
+            prefill.notify()
+            decode.scheduler.admit_prefilled(seq)
+            decode.notify()
+
+        self.kv_senders[p].send(num_bytes, tag=seq.request.request_id).callbacks.append(arrived)
+
+
+def egress(env, spec, num_gpus: int, name: str, max_in_flight: int | None, on_transfer=None) -> Sender:
+    """A worker's egress link (its GPUs' links together) behind an in-flight cap."""
+    link_spec = spec.model_copy(update={"bandwidth_gbs": spec.bandwidth_gbs * num_gpus})
+    return Sender(env, Link(env, link_spec, name, on_transfer=on_transfer), max_in_flight)
