@@ -17,6 +17,7 @@ from lmmsim.costmodel.roofline import RooflinePredictor
 from lmmsim.engine.disaggregation import DisaggregatedFrontend, EmbeddingInbox, egress
 from lmmsim.engine.encoder import EncoderWorker
 from lmmsim.engine.frontends import MonolithicFrontend
+from lmmsim.engine.gpu_share import SharedGpu
 from lmmsim.engine.kv_cache import BlockPool
 from lmmsim.engine.pipeline import PipelineEngine
 from lmmsim.engine.replica import Replica
@@ -64,6 +65,27 @@ def _check_llm_pool(name: str, key: str, pool, model: catalog.ModelSpec) -> None
         raise UserError(f"{key}.pp", f"{model.name} has {model.llm.num_layers} layers; pp must not exceed it")
 
 
+def _worker_name(pool: str, index: int, monolithic: bool) -> str:
+    return f"{'replica' if monolithic else pool}{index}"
+
+
+def _check_sharing(shared: dict, sharing) -> None:
+    """GPUs held by two workers need a sharing mode; only an encoder and one LLM worker may share."""
+    for g, holders in sorted(shared.items()):
+        names = " and ".join(f"{p} worker {w}" for p, w in holders)
+        if sharing is None:
+            raise UserError("deployment.gpu_sharing", f"GPU {g} is given to {names}; set deployment.gpu_sharing "
+                            f"(mode: time_slice or sm_split) to let them share it, or give each its own GPUs")
+        llm_holders = [h for h in holders if h[0] != "encoder"]
+        if len(llm_holders) > 1 or len(holders) > 2:
+            raise UserError("deployment", f"GPU {g} is given to {names}; only an encoder worker and one LLM "
+                            f"worker may share a GPU (their KV caches would compete)")
+        if sharing.mode == "sm_split":
+            missing = [p for p, _ in holders if p not in sharing.sm_shares]
+            if missing:
+                raise UserError("deployment.gpu_sharing.sm_shares", f"needs a share for {missing[0]!r} (GPU {g})")
+
+
 def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = False, requests=None) -> BuiltRun:
     """Build a ready-to-run simulation; ``requests`` replaces the generated workload."""
     model = catalog.get_model(scn.model)
@@ -83,11 +105,8 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
         raise UserError("deployment.kind", f"{model.name} has no encoder; use kind: monolithic")
     placement = place_workers(pools, scn.hardware.count, keys)
     shared = shared_gpus(placement)
-    if shared:
-        g, holders = next(iter(sorted(shared.items())))
-        names = " and ".join(f"{p} worker {w}" for p, w in holders)
-        raise UserError("deployment", f"GPU {g} is given to {names}; GPU sharing is not supported by this "
-                        f"deployment kind yet: give each worker its own GPUs")
+    sharing = getattr(dep, "gpu_sharing", None)
+    _check_sharing(shared, sharing)
 
     predictor = RooflinePredictor(gpu, link)
     costs: dict = {}
@@ -101,6 +120,10 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
         costs[name] = ComposedStepCostModel(model, gpu, pool.tp, predictor)
         receives_embeddings = not monolithic and name in ("llm", "prefill")
         buffer = dep.embedding_buffer_gib * GIB / (pool.tp * pool.pp) if receives_embeddings else 0.0
+        if any(pn == "encoder" for holders in shared.values() for pn, _ in holders) and any(
+                (name, w) in holders for holders in shared.values() for w in range(pool.workers)):
+            # an encoder co-located on this pool's GPUs keeps its weights there
+            buffer += model.encoder.num_params * catalog.BYTES_PER_PARAM_BF16 / pools["encoder"].tp
         memory[name] = plan_llm_memory(
             dep, batching, model, gpu, tp=pool.tp, pp=pool.pp,
             kv_bytes_per_token_tp=costs[name].kv_bytes_per_token_per_gpu,
@@ -126,7 +149,7 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
                     on_handoff=None, on_batch=None, fast_forward=False):
         pool = pools[pool_name]
         ids = placement[pool_name][index]
-        name = f"{'replica' if monolithic else pool_name}{index}"
+        name = _worker_name(pool_name, index, monolithic)
         scheduler = ContinuousBatchingScheduler(
             queue=policies.create("queue", scn.policy.queue),
             pool=BlockPool(memory[pool_name].num_blocks, dep.block_size),
@@ -142,12 +165,32 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
         cost = costs[pool_name]
         if pool.pp == 1:
             return Replica(env, index, scheduler, cost, ids, on_finish, barrier_at, fast_forward=fast_forward,
-                           step_log=log, name=name, on_handoff=on_handoff, on_batch=on_batch)
+                           step_log=log, name=name, on_handoff=on_handoff, on_batch=on_batch,
+                           run=runner(env, name, ids))
         stage_ids = [ids[s * pool.tp:(s + 1) * pool.tp] for s in range(pool.pp)]
         return PipelineEngine(env, index, name, scheduler, cost, pool.pp, stage_ids,
                               lambda tokens: predictor.p2p_s(tokens * hidden_bytes), on_finish,
                               chunk_pipelining=pool.chunk_pipelining, on_handoff=on_handoff,
-                              step_log=log, on_batch=on_batch)
+                              step_log=log, on_batch=on_batch,
+                              stage_runs=[runner(env, f"{name}/stage{k}", st) for k, st in enumerate(stage_ids)])
+
+    arbiters: dict = {}  # GPU id -> SharedGpu, per simulation environment
+
+    def runner(env, worker: str, ids):
+        """How a worker's batch runs: None if its GPUs are its own, else through the
+        arbiter of its first shared GPU (a TP group moves at its shared GPU's pace)."""
+        g = next((g for g in ids if g in shared), None)
+        if g is None:
+            return None
+        if g not in arbiters:
+            shares = None
+            if sharing.mode == "sm_split":
+                shares = {}
+                for pn, w in shared[g]:
+                    shares[_worker_name(pn, w, monolithic)] = sharing.sm_shares[pn]
+            arbiters[g] = SharedGpu(env, g, sharing.mode, shares, memory_interference=sharing.memory_interference)
+        arb = arbiters[g]
+        return lambda compute_s, memory_s: arb.run(worker.split("/")[0], compute_s, memory_s)
 
     def log_transfer(name, start_at, end_at, num_bytes, tag):
         log.append(StepRecord(f"link:{name}", start_at, end_at, "transfer", (tag,) if tag is not None else (),
@@ -193,7 +236,7 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
         encoders = [
             EncoderWorker(env, e, f"encoder{e}", costs["encoder"], policies.create("encode_dispatch", enc_pool.dispatch),
                           placement["encoder"][e], (lambda e: lambda batch, s, t: frontend_box[0].on_encoded(e, batch))(e),
-                          step_log=log)
+                          step_log=log, run=runner(env, f"encoder{e}", placement["encoder"][e]))
             for e in range(enc_pool.workers)
         ]
         enc_senders = [egress(env, link, enc_pool.tp, f"encoder{e}->{first}", enc_pool.max_in_flight_sends,
@@ -209,6 +252,7 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
             decode_engines=decode, kv_senders=kv_senders, kv_bytes_per_token=model.llm.kv_bytes_per_token,
             decode_router=policies.create("router", router_cfg) if decode else None,
         )
+        frontend.arbiters = arbiters
         frontend_box.append(frontend)
         return frontend
 

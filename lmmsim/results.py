@@ -38,9 +38,13 @@ def run_scenario(scn, base_dir: Path = Path("."), *, progress=None, requests=Non
     result = built.simulation.run()
     df = requests_frame(result.seqs)
     busy = [0.0] * built.num_gpus
+    arbiters = getattr(result.frontend, "arbiters", {})
     for worker in result.frontend.workers:
         for gpu_id, seconds in worker.gpu_busy_s().items():
-            busy[gpu_id] += seconds
+            if gpu_id not in arbiters:
+                busy[gpu_id] += seconds
+    for gpu_id, arbiter in arbiters.items():  # shared GPUs: busy when any tenant runs
+        busy[gpu_id] = arbiter.busy_s
     engines = result.frontend.llm_engines
     summary = summarize(
         df,

@@ -39,8 +39,8 @@ class EncoderWorker:
         self.gpu_ids = gpu_ids
         self.on_encoded = on_encoded
         self.step_log = step_log
-        # ``run(duration_parts) -> event``: how a batch occupies the GPU (shared
-        # GPUs slow it down); default: exclusive, exactly the cost model's time.
+        # ``run(compute_s, memory_s) -> Event``: the batch on a GPU shared with
+        # another worker (lmmsim.engine.gpu_share); None: exactly encode_s.
         self._run = run
         self.queue: deque[EncodeItem] = deque()
         self.busy_s = 0.0
@@ -83,7 +83,7 @@ class EncoderWorker:
                 dur = self.cost.encode_s(works)
                 yield env.timeout_at(start + dur)
             else:
-                yield from self._run(self.cost.encode_parts(works))
+                yield self._run(*self.cost.encode_parts(works))
                 dur = env.now - start
             end = env.now
             self.busy_s += dur

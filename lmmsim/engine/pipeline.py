@@ -66,6 +66,7 @@ class PipelineEngine:
         on_handoff: Callable[[SeqState], None] | None = None,
         step_log: list | None = None,
         on_batch: Callable | None = None,
+        stage_runs: list | None = None,
     ):
         if num_stages < 1 or len(stage_gpu_ids) != num_stages:
             raise ValueError("one GPU group per stage")
@@ -80,6 +81,8 @@ class PipelineEngine:
         self.on_finish = on_finish
         self.on_handoff = on_handoff
         self.on_batch = on_batch
+        # per stage: run(compute_s, memory_s) -> Event on a shared GPU, or None
+        self.stage_runs = stage_runs or [None] * num_stages
         self.chunk_pipelining = chunk_pipelining
         self.step_log = step_log
         self.stage_busy_s = [0.0] * num_stages
@@ -139,8 +142,9 @@ class PipelineEngine:
                     yield changed
                 continue
             encode_s = cost.encode_s([seg.item.encoder for _, seg in plan.encodes]) if plan.encodes else 0.0
-            stage_s = cost.llm_step_s(plan.chunk_shapes, plan.num_decodes, plan.decode_context_sum,
-                                      plan.num_sampled) / self.num_stages
+            shapes = (plan.chunk_shapes, plan.num_decodes, plan.decode_context_sum, plan.num_sampled)
+            stage_s = cost.llm_step_s(*shapes) / self.num_stages
+            parts = cost.llm_step_parts(*shapes) if any(self.stage_runs) else None
             ids = plan_request_ids(plan, sched) if self.step_log is not None else ()
             kind = plan_kind(plan)
             for s in range(self.num_stages):
@@ -149,8 +153,12 @@ class PipelineEngine:
                     hold = stages[s].request()
                     yield hold
                 t0 = env.now
-                run_s = stage_s + (encode_s if s == 0 else 0.0)
-                yield env.timeout_at(t0 + run_s)
+                if self.stage_runs[s] is None:
+                    run_s = stage_s + (encode_s if s == 0 else 0.0)
+                    yield env.timeout_at(t0 + run_s)
+                else:
+                    yield self.stage_runs[s](parts[0] / self.num_stages, parts[1] / self.num_stages)
+                    run_s = env.now - t0
                 stages[s].release(hold)
                 self.stage_busy_s[s] += run_s
                 if self.step_log is not None:

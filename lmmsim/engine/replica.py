@@ -38,12 +38,16 @@ class Replica:
         name: str | None = None,
         on_handoff: Callable[[SeqState], None] | None = None,
         on_batch: Callable | None = None,
+        run: Callable | None = None,
     ):
         self.env = env
         self.index = index
         self.name = name or f"replica{index}"
         self.on_handoff = on_handoff
         self.on_batch = on_batch  # called with each completed StepPlan (embedding release)
+        # run(compute_s, memory_s) -> Event: the step on a GPU shared with another
+        # worker (lmmsim.engine.gpu_share); None: the GPUs are this engine's alone.
+        self.run = run
         self.scheduler = scheduler
         self.cost = cost
         self.gpu_ids = gpu_ids
@@ -111,12 +115,21 @@ class Replica:
                 yield self._wakeup
                 self._wakeup = None
                 continue
-            encode_s = cost.encode_s([seg.item.encoder for _, seg in plan.encodes]) if plan.encodes else 0.0
-            step_s = encode_s + cost.llm_step_s(
-                plan.chunk_shapes, plan.num_decodes, plan.decode_context_sum, plan.num_sampled
-            )
-            end_at = now + step_s
-            yield env.timeout_at(end_at)
+            if self.run is None:
+                encode_s = cost.encode_s([seg.item.encoder for _, seg in plan.encodes]) if plan.encodes else 0.0
+                step_s = encode_s + cost.llm_step_s(
+                    plan.chunk_shapes, plan.num_decodes, plan.decode_context_sum, plan.num_sampled
+                )
+                end_at = now + step_s
+                yield env.timeout_at(end_at)
+            else:
+                encode_s = 0.0  # engines on shared GPUs are disaggregated: no local encoder
+                compute_s, memory_s = cost.llm_step_parts(
+                    plan.chunk_shapes, plan.num_decodes, plan.decode_context_sum, plan.num_sampled
+                )
+                yield self.run(compute_s, memory_s)
+                end_at = env.now
+                step_s = end_at - now
             self.busy_s += step_s
             self.num_steps += 1
             if self.step_log is not None:
