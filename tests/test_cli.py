@@ -204,3 +204,19 @@ def test_unwritable_output_is_one_line(capsys, tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     assert_user_error(capsys, ["run", QUICKSTART, "-o", blocker / "out", *SMALL], str(blocker))
+
+
+def test_trace_and_timeline_plot(capsys, tmp_path):
+    out = tmp_path / "run"
+    scenario = ROOT / "scenarios" / "baselines" / "rps-mix-llava72b-dynamo.yaml"
+    code, _, err = run_cli(capsys, "run", scenario, "-o", out, "--set", "workload.num_requests=12", "--trace", "-q")
+    assert code == 0, err
+    trace = json.loads((out / "trace.json").read_text())
+    tracks = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
+    assert {"encoder0", "prefill0", "decode0"} <= tracks
+    assert any(t.startswith("link:") for t in tracks)
+    fig = tmp_path / "timeline.png"
+    assert run_cli(capsys, "plot", "timeline", out, "-o", fig, "--first", "3")[0] == 0
+    assert fig.stat().st_size > 1000
+    assert_user_error(capsys, ["plot", "timeline", out, "-o", fig], "--force")
+    assert_user_error(capsys, ["plot", "timeline", tmp_path, "-o", tmp_path / "x.png"], "--trace")

@@ -9,7 +9,7 @@ import pytest
 from lmmsim.results import run_scenario
 from lmmsim.scenario import load_scenario
 
-SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob("*.yaml"))
+SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").rglob("*.yaml"))
 
 
 def test_scenarios_exist():
