@@ -211,6 +211,9 @@ def cmd_list(args) -> int:
     elif what == "systems":
         for name, s in systems().items():
             print(f"{name:10s} {s.summary} [{s.reference}]")
+            if args.verbose:
+                for note in s.notes:
+                    print(f"{'':10s}   - {note}")
     else:
         for role, table in policies.describe().items():
             for name, summary in table.items():
@@ -259,6 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="list catalog entries and registered names")
     p.add_argument("what", choices=("models", "gpus", "systems", "policies"))
+    p.add_argument("-v", "--verbose", action="store_true", help="systems: also list each preset's simplifications")
     p.set_defaults(func=cmd_list)
     return parser
 
