@@ -45,6 +45,7 @@ class BuiltRun:
     simulation: Simulation
     step_log: StepLog | None = None
     costs: dict = field(default_factory=dict)
+    cost_model: dict = field(default_factory=dict)
 
     @property
     def num_gpus(self) -> int:
@@ -63,6 +64,26 @@ def _check_llm_pool(name: str, key: str, pool, model: catalog.ModelSpec) -> None
                         f"valid: {valid}")
     if pool.pp > model.llm.num_layers:
         raise UserError(f"{key}.pp", f"{model.name} has {model.llm.num_layers} layers; pp must not exceed it")
+
+
+def make_predictor(choice: str, gpu: catalog.GpuSpec, link, base_dir: Path):
+    """The operator predictor a run uses, and a description for its summary."""
+    if choice == "roofline" or (choice == "auto" and gpu.fitted_profile is None):
+        return RooflinePredictor(gpu, link), {"kind": "roofline-v0", "gpu": gpu.name}
+    if choice == "auto":
+        folder = catalog.profiles_dir() / gpu.fitted_profile
+        key = f"profiles/gpus/{gpu.name}.yaml: fitted_profile"
+    else:
+        folder = Path(choice) if Path(choice).is_absolute() else base_dir / choice
+        key = "hardware.cost_model"
+    if not (folder / "model.json").exists():
+        raise UserError(key, f"{folder} holds no fitted model (model.json); run `lmmsim fit` or use 'roofline'")
+    from lmmsim.costmodel.fitted import FittedPredictor
+
+    predictor = FittedPredictor(folder, gpu, link)
+    info = {"kind": "fitted", "gpu": gpu.name, "fit": str(folder),
+            "fallback_classes": sorted(predictor.fallback_classes)}
+    return predictor, info
 
 
 def _worker_name(pool: str, index: int, monolithic: bool) -> str:
@@ -108,7 +129,7 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
     sharing = getattr(dep, "gpu_sharing", None)
     _check_sharing(shared, sharing)
 
-    predictor = RooflinePredictor(gpu, link)
+    predictor, cost_model_info = make_predictor(scn.hardware.cost_model, gpu, link, base_dir)
     costs: dict = {}
     memory: dict[str, MemoryPlan] = {}
     for name in LLM_POOLS:
@@ -258,4 +279,5 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
 
     simulation = Simulation(requests, make_frontend, rejected=rejected, horizon_s=scn.sim.horizon_s,
                             progress=progress)
-    return BuiltRun(scn, model, gpu, placement, memory, requests, rejected, encoder_budget, simulation, log, costs)
+    return BuiltRun(scn, model, gpu, placement, memory, requests, rejected, encoder_budget, simulation, log, costs,
+                    cost_model_info)

@@ -60,6 +60,9 @@ class GpuSpec(_Strict):
     num_sms: PositiveInt
     links: dict[str, LinkSpec]  # interconnect name (nvlink, pcie, network) -> link
     efficiency: RooflineEfficiency
+    # Fitted operator models (``lmmsim fit``), relative to the profiles folder;
+    # used by default when present (scenario key hardware.cost_model).
+    fitted_profile: str | None = None
     sources: dict[str, str]
 
     @property

@@ -110,6 +110,10 @@ def print_summary(summary: dict, scn, out: Path | None) -> None:
         f"simulated {summary['sim_end_at_s']:.1f} s in {summary['sim_wall_time_s']:.2f} s wall "
         f"({summary['sim_events']} events){extra}"
     )
+    cm = summary.get("cost_model", {})
+    if cm.get("fallback_classes"):
+        console.print(f"cost model: fitted ({cm['fit']}); roofline v0 for {', '.join(cm['fallback_classes'])} "
+                      f"(no profile data)")
     if out is not None:
         console.print(f"results in {out}/")
 
@@ -221,6 +225,125 @@ def cmd_list(args) -> int:
     return 0
 
 
+def _fresh_dir(path: Path, force: bool, key: str = "-o") -> None:
+    if path.exists() and any(path.iterdir()) and not force:
+        raise UserError(key, f"{path} already holds files; pass --force to overwrite them")
+
+
+def cmd_profile(args) -> int:
+    from lmmsim import catalog
+
+    try:
+        from lmmsim.profiler.run import profile
+    except ImportError as exc:  # torch is optional
+        raise UserError("profile", f"needs torch ({exc.name} missing): pip install 'lmmsim[profile]'") from None
+    catalog.get_gpu(args.hardware, key="--hardware")
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    if not models:
+        raise UserError("--models", "give at least one model name")
+    for m in models:
+        catalog.get_model(m, key="--models")
+    out = Path(args.output or catalog.profiles_dir() / "ops" / args.hardware)
+    _fresh_dir(out, args.force)
+    profile(args.device, args.hardware, models, out, quick=args.quick, max_minutes=args.max_minutes,
+            command="lmmsim " + " ".join(sys.argv[1:]))
+    print(f"profile written to {out}/")
+    return 0
+
+
+def _profile_folder(name_or_dir: str) -> Path:
+    from lmmsim import catalog
+
+    path = Path(name_or_dir)
+    if not path.exists():
+        path = catalog.profiles_dir() / "ops" / name_or_dir
+    if not path.is_dir():
+        raise UserError("PROFILE", f"{name_or_dir} is neither a profile folder nor a name under profiles/ops/")
+    return path
+
+
+def cmd_fit(args) -> int:
+    from lmmsim import catalog
+    from lmmsim.costmodel import opdata
+    from lmmsim.costmodel.fitting import derive_classes, fit_profile
+
+    folder = _profile_folder(args.profile)
+    meta = opdata.read_meta(folder)
+    hardware = args.hardware or meta.get("hardware")
+    if not hardware:
+        raise UserError("--hardware", f"{folder}/meta.json names no hardware; pass --hardware NAME")
+    gpu = catalog.get_gpu(hardware, key="--hardware")
+    out = Path(args.out) if args.out else folder / "fit"
+    _fresh_dir(out, args.force, key="--out")
+    metrics = fit_profile(folder, gpu, out=out)
+    print(f"fitted on {gpu.name}; model and report in {out}/")
+    _print_fit_table(metrics["classes"])
+    if args.derive_from:
+        missing = [c for c in opdata.FITTED_CLASSES if c not in metrics["classes"]]
+        if missing:
+            derive_classes(Path(args.derive_from), out, missing, target_gpu=gpu.name)
+            print(f"derived from {args.derive_from} (its fitted rooflines at {gpu.name}'s peaks): {', '.join(missing)}")
+    for cls, why in metrics.get("skipped", {}).items():
+        if not args.derive_from:
+            print(f"  {cls}: not fitted ({why}); runs use the roofline v0 for it")
+    return 0
+
+
+def _print_fit_table(classes: dict) -> None:
+    print(f"  {'class':18s} {'rows':>7s} {'model':>8s} {'CV MAPE':>8s} {'held-out MAPE':>14s} {'P95':>7s}")
+    for cls, m in classes.items():
+        print(f"  {cls:18s} {m['rows']:7d} {m['chosen']:>8s} {m['chosen_cv_mape_pct']:7.1f}% "
+              f"{m['heldout_mape_pct']:13.1f}% {m['heldout_p95_pct']:6.1f}%")
+
+
+def cmd_import_vidur(args) -> int:
+    from lmmsim.profiler.vidur_import import import_vidur
+
+    src = Path(args.source)
+    if not (src / "compute").is_dir():
+        raise UserError("DIR", f"{src} is not a Vidur profiling folder (no compute/ inside)")
+    out = Path(args.output)
+    _fresh_dir(out, args.force)
+    rows = import_vidur(src, out, gpu=args.gpu, network=args.network)
+    print(f"imported into {out}/: " + ", ".join(f"{k} {v}" for k, v in rows.items()))
+    return 0
+
+
+def cmd_validate_costmodel(args) -> int:
+    import json
+
+    from lmmsim import catalog
+    from lmmsim.costmodel import opdata
+    from lmmsim.costmodel.composition import composition_report
+    from lmmsim.costmodel.fitting import validate
+
+    folder = _profile_folder(args.profile)
+    fit = folder / "fit"
+    if not (fit / "model.json").exists():
+        raise UserError("PROFILE", f"{folder} has no fit; run `lmmsim fit {args.profile}` first")
+    doc = json.loads((fit / "model.json").read_text())
+    has_data = any(opdata.csv_path(folder, c).exists() for c in opdata.FITTED_CLASSES)
+    if has_data:
+        print(f"error per operator class, {folder} (held-out columns: points the fit never saw):")
+        print(validate(fit, folder).to_string(index=False))
+    else:  # a shipped fit without its raw data: the error measured when it was fitted
+        print(f"held-out error per operator class recorded at fit time ({fit}/model.json; "
+              f"data: {doc.get('profile', {}).get('source', 'see report.md')}):")
+        for cls, entry in sorted(doc["classes"].items()):
+            m = entry.get("metrics", {})
+            if entry.get("derived_from"):
+                print(f"  {cls:18s} derived from {entry['derived_from']} (roofline at this GPU's peaks; no data here)")
+            else:
+                print(f"  {cls:18s} {entry['kind']:>8s} rows {m.get('rows', 0):6d}  held-out MAPE "
+                      f"{m.get('heldout_mape_pct', float('nan')):5.1f}%  P95 {m.get('heldout_p95_pct', float('nan')):5.1f}%")
+    hardware = doc.get("gpu") or opdata.read_meta(folder).get("hardware")
+    if hardware and opdata.csv_path(folder, "composition").exists():
+        comp = composition_report(folder, fit, catalog.get_gpu(hardware))
+        print("\ncomposed model vs measured forward passes:")
+        print(comp.to_string(index=False))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lmmsim", description="Discrete-event simulator of multimodal-LLM inference serving."
@@ -259,6 +382,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--first", type=int, default=4, help="timeline: colour the first N requests (default 4)")
     p.add_argument("--force", action="store_true", help="overwrite an existing figure")
     p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("profile", help="time a model's operators on this machine's CPU or GPU (needs torch)",
+                       description="Build the models' real layer shapes with random weights and time every "
+                                   "operator class the cost model uses; writes one CSV per class and meta.json.")
+    p.add_argument("--device", choices=("cpu", "cuda"), required=True)
+    p.add_argument("--hardware", required=True, help="catalog GPU name the profile describes (e.g. h200, cpu)")
+    p.add_argument("--models", required=True, help="comma-separated catalog model names")
+    p.add_argument("-o", "--output", help="profile folder (default: profiles/ops/<hardware>/)")
+    p.add_argument("--quick", action="store_true", help="tiny shapes only (seconds; for tests)")
+    p.add_argument("--max-minutes", type=float, help="thin the shape grids so the sweep fits in N minutes")
+    p.add_argument("--force", action="store_true", help="overwrite an existing profile folder")
+    p.set_defaults(func=cmd_profile)
+
+    p = sub.add_parser("fit", help="fit operator cost models to a profile (scikit-learn)",
+                       description="Per operator class: fit a roofline, a polynomial and a random-forest model, "
+                                   "pick by cross-validated MAPE, write PROFILE/fit/ (JSON/npz, report, plot).")
+    p.add_argument("profile", metavar="PROFILE", help="profile folder, or a name under profiles/ops/")
+    p.add_argument("--hardware", help="catalog GPU name (default: the profile's meta.json)")
+    p.add_argument("--out", help="fit folder (default: PROFILE/fit)")
+    p.add_argument("--derive-from", metavar="FIT",
+                   help="for classes this profile lacks, use another GPU's fitted rooflines at this GPU's peaks")
+    p.add_argument("--force", action="store_true", help="overwrite an existing fit")
+    p.set_defaults(func=cmd_fit)
+
+    p = sub.add_parser("import-vidur", help="convert Vidur-format profiles into an lmmsim profile folder")
+    p.add_argument("source", metavar="DIR", help="Vidur profiling root (holds compute/ and network/)")
+    p.add_argument("-o", "--output", required=True, help="profile folder to write")
+    p.add_argument("--gpu", required=True, help="compute/<gpu> folder to read (e.g. a100, h100)")
+    p.add_argument("--network", help="network/<topology> folder (default: <gpu>_dgx)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing profile folder")
+    p.set_defaults(func=cmd_import_vidur)
+
+    p = sub.add_parser("validate-costmodel", help="held-out error of a fitted cost model, per class and per model")
+    p.add_argument("profile", metavar="PROFILE", help="profile folder, or a name under profiles/ops/")
+    p.set_defaults(func=cmd_validate_costmodel)
 
     p = sub.add_parser("list", help="list catalog entries and registered names")
     p.add_argument("what", choices=("models", "gpus", "systems", "policies"))

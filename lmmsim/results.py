@@ -59,7 +59,7 @@ def run_scenario(scn, base_dir: Path = Path("."), *, progress=None, requests=Non
     summary["sim_steps"] = sum(e.num_steps for e in engines)
     summary["sim_end_at_s"] = result.end_at
     summary["deployment"] = deployment_summary(built, result.frontend)
-    summary["cost_model"] = {"kind": "roofline-v0", "gpu": built.gpu.name}
+    summary["cost_model"] = built.cost_model
     return RunOutput(df, clean_json(summary), built)
 
 

@@ -45,6 +45,9 @@ class HardwareConfig(_Strict):
     gpu: str
     count: PositiveInt = 1
     interconnect: str = "nvlink"
+    # "auto": the GPU's fitted operator models if it ships some, else the
+    # roofline v0; "roofline": always v0; otherwise a folder written by `lmmsim fit`.
+    cost_model: str = "auto"
 
 
 class ChunkedPrefillConfig(_Strict):

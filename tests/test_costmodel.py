@@ -405,3 +405,54 @@ def test_parts_of_a_predictor_without_parts_methods():
         assert c == pytest.approx(1.25 * rc, rel=1e-12) and m == pytest.approx(1.25 * rm, rel=1e-12)
     c, m = fitted.encode_parts([EncoderWork(2, 729)])
     assert c + m == pytest.approx(fitted.encode_s([EncoderWork(2, 729)]), rel=1e-12)
+
+
+# ------------------------------------------------------- elementwise kernels
+def test_roofline_ignores_the_elementwise_op(pred):
+    from lmmsim.costmodel.opdata import ELEMENTWISE_OPS
+
+    for nbytes in (0, 1, 1e6, 3.7e9):
+        base = pred.elementwise_s(nbytes)
+        for op in (*ELEMENTWISE_OPS, None, "rmsnorm", "not_a_kernel"):
+            assert pred.elementwise_s(nbytes, op=op) == base
+            assert pred.elementwise_s(nbytes, op) == base
+            assert pred.elementwise_parts(nbytes, op=op) == (0.0, base)
+
+
+class _RecordingPredictor:
+    """The roofline, recording the ``op`` of every elementwise call."""
+
+    def __init__(self, inner):
+        self._inner = inner
+        self.ops = []
+
+    def elementwise_s(self, num_bytes, op=None):
+        self.ops.append(op)
+        return self._inner.elementwise_s(num_bytes, op=op)
+
+    def elementwise_parts(self, num_bytes, op=None):
+        self.ops.append(op)
+        return self._inner.elementwise_parts(num_bytes, op=op)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+@pytest.mark.parametrize("encoder,expected", [
+    (SIGLIP, {"norm", "add", "act"}),
+    (QWEN_VIT, {"norm", "add", "act", "rotary"}),
+])
+def test_composition_names_a_canonical_op_for_every_elementwise_call(encoder, expected):
+    from lmmsim.costmodel.opdata import ELEMENTWISE_OPS
+
+    for tp in (1, 2):
+        rec = _RecordingPredictor(RooflinePredictor(H100, NVLINK))
+        cost = ComposedStepCostModel(make_model(encoder), H100, tp, rec)
+        cost.llm_step_s(((512, 1536),), 32, 32 * 800, 33)
+        cost.llm_step_parts(((512, 1536),), 32, 32 * 800, 33)
+        assert set(rec.ops) == {"rotary", "add_norm", "act", "embedding", "softmax"}
+        rec.ops.clear()
+        cost.encode_s([EncoderWork(2, 729)])
+        cost.encode_parts([EncoderWork(2, 729)])
+        assert set(rec.ops) == expected
+        assert set(rec.ops) <= set(ELEMENTWISE_OPS)

@@ -37,9 +37,15 @@ class OperatorPredictor(Protocol):
         """Decode attention of ``batch`` sequences, one query each, reading
         ``context_sum`` cached tokens in total."""
 
-    def elementwise_s(self, num_bytes: float) -> float:
+    def elementwise_s(self, num_bytes: float, op: str | None = None) -> float:
         """A memory-bound elementwise kernel (norm, activation, rotary, residual)
-        that moves ``num_bytes`` in total."""
+        that moves ``num_bytes`` in total.
+
+        ``op`` names the kernel, one of
+        :data:`~lmmsim.costmodel.opdata.ELEMENTWISE_OPS` (other names go through
+        :func:`~lmmsim.costmodel.opdata.canonical_elementwise_op`); kernels of
+        equal traffic differ several-fold in achieved bandwidth. A predictor
+        may ignore it (the roofline does); None means "some elementwise kernel"."""
 
     def allreduce_s(self, num_bytes: float, world: int) -> float:
         """All-reduce of ``num_bytes`` across ``world`` GPUs (0 when world == 1)."""

@@ -21,7 +21,10 @@ Tensor parallelism follows Megatron-LM, as vLLM implements it:
 * Norms, rotary embedding and the activation are memory-bound elementwise
   kernels. Residual adds are fused into the RMSNorm that follows them
   (vLLM's ``fused_add_rms_norm``), so a decoder layer runs two fused
-  add+norm kernels. Biases are folded into GEMM epilogues (free).
+  add+norm kernels (and the final norm is one too). Biases are folded into
+  GEMM epilogues (free). Every elementwise call names its kernel
+  (``op=``, one of :data:`~lmmsim.costmodel.opdata.ELEMENTWISE_OPS`): a
+  fitted predictor has one model per kernel, the roofline ignores it.
 
 The encoder runs sharded over the same ``tp`` GPUs, with the same Megatron
 split (heads padded up to a multiple of ``tp`` when they do not divide, as
@@ -137,8 +140,8 @@ class _BorrowedSplit:
     def attention_decode_parts(self, *args):
         return self._classify("attention_decode", *args)
 
-    def elementwise_parts(self, num_bytes):
-        return (0.0, self._p.elementwise_s(num_bytes))
+    def elementwise_parts(self, num_bytes, op=None):
+        return (0.0, self._p.elementwise_s(num_bytes, op=op))
 
     def allreduce_parts(self, num_bytes, world):
         return (0.0, self._p.allreduce_s(num_bytes, world))
@@ -336,18 +339,19 @@ class ComposedStepCostModel:
         act = tokens * h * B  # one [tokens, hidden] bf16 activation
         layer = (
             p.gemm_s(tokens, q_width + 2 * kv_width, h)  # QKV, column-parallel
-            + p.elementwise_s(2 * tokens * (q_width + kv_width) * B)  # rotary on Q and K: read + write
+            + p.elementwise_s(2 * tokens * (q_width + kv_width) * B, op="rotary")  # on Q and K: read + write
             + p.gemm_s(tokens, h, q_width)  # O, row-parallel
             + p.allreduce_s(act, tp)
-            + p.elementwise_s(4 * act)  # fused residual add + RMSNorm: read x, residual; write both
+            + p.elementwise_s(4 * act, op="add_norm")  # fused residual add + RMSNorm: read x, residual; write both
             + p.gemm_s(tokens, self._up_width, h)  # gate + up, column-parallel
-            + p.elementwise_s(tokens * (self._up_width + self._ffn) * B)  # activation (x gate): read, write
+            + p.elementwise_s(tokens * (self._up_width + self._ffn) * B, op="act")  # activation (x gate): read, write
             + p.gemm_s(tokens, h, self._ffn)  # down, row-parallel
             + p.allreduce_s(act, tp)
-            + p.elementwise_s(4 * act)  # fused residual add + RMSNorm before the next layer
+            + p.elementwise_s(4 * act, op="add_norm")  # fused residual add + RMSNorm before the next layer
         )
-        embed = p.elementwise_s(2 * act) + p.allreduce_s(act, tp)  # gather rows, write; combine shards
-        final_norm = p.elementwise_s(4 * act)
+        # Gather rows, write; combine shards.
+        embed = p.elementwise_s(2 * act, op="embedding") + p.allreduce_s(act, tp)
+        final_norm = p.elementwise_s(4 * act, op="add_norm")  # the last residual add is fused into it
         return self._layers * layer + embed + final_norm
 
     def _prefill_attention_cost(self, p, chunk: tuple[int, int]):
@@ -362,7 +366,7 @@ class ComposedStepCostModel:
         logits = num_sampled * self._vocab * B
         # Ring all-gather = the all-gather half of a ring all-reduce.
         gather = p.allreduce_s(logits, self.tp) / 2
-        sampling = p.elementwise_s(num_sampled * self._vocab * 4 * 2)  # fp32 softmax: read + write
+        sampling = p.elementwise_s(num_sampled * self._vocab * 4 * 2, op="softmax")  # fp32: read + write
         return p.gemm_s(num_sampled, self._vocab_shard, self._hidden) + gather + sampling
 
     # ---------------------------------------------------------------- encoder
@@ -427,23 +431,23 @@ class ComposedStepCostModel:
             frames = 2 if enc.family == "qwen_vit" else 1
             stem = p.gemm_s(n, h, 3 * frames * enc.patch_size**2)
         if enc.family != "qwen_vit":
-            stem += p.elementwise_s(3 * act)  # add learned position embeddings (Qwen uses rotary)
+            stem += p.elementwise_s(3 * act, op="add")  # add learned position embeddings (Qwen uses rotary)
 
         layer = (
-            p.elementwise_s(2 * act)  # pre-attention LayerNorm
+            p.elementwise_s(2 * act, op="norm")  # pre-attention LayerNorm
             + p.gemm_s(n, 3 * width, h)  # QKV, column-parallel
             + p.gemm_s(n, h, width)  # O, row-parallel
             + p.allreduce_s(act, tp)
-            + p.elementwise_s(3 * act)  # residual add
-            + p.elementwise_s(2 * act)  # pre-MLP LayerNorm
+            + p.elementwise_s(3 * act, op="add")  # residual add
+            + p.elementwise_s(2 * act, op="norm")  # pre-MLP LayerNorm
             + p.gemm_s(n, up_width, h)  # up (+ gate), column-parallel
-            + p.elementwise_s(n * (up_width + ffn) * B)  # activation
+            + p.elementwise_s(n * (up_width + ffn) * B, op="act")  # activation
             + p.gemm_s(n, h, ffn)  # down, row-parallel
             + p.allreduce_s(act, tp)
-            + p.elementwise_s(3 * act)  # residual add
+            + p.elementwise_s(3 * act, op="add")  # residual add
         )
         if enc.family == "qwen_vit":
-            layer += p.elementwise_s(2 * n * 2 * width * B)  # 2-D rotary on Q and K
+            layer += p.elementwise_s(2 * n * 2 * width * B, op="rotary")  # 2-D rotary on Q and K
 
         # Attention: every unit attends to itself, without a mask. Units of equal
         # length run in one varlen kernel, costed as one sequence with that many
@@ -472,7 +476,7 @@ class ComposedStepCostModel:
                     windows[rest] = windows.get(rest, 0) + count
             windowed = attention(windows)
 
-        post_norm = p.elementwise_s(2 * act)
+        post_norm = p.elementwise_s(2 * act, op="norm")
         t = stem + enc.num_layers * layer + num_full * full + num_window * windowed + post_norm
         return t + self._projector(p, n)
 
@@ -493,13 +497,13 @@ class ComposedStepCostModel:
                 out_shard = _ceil_div(d_out, tp)
                 t += p.gemm_s(m, out_shard, d_in)
                 if i < proj.num_layers - 1:
-                    t += p.elementwise_s(2 * m * out_shard * B)  # activation
+                    t += p.elementwise_s(2 * m * out_shard * B, op="act")  # activation
                 elif tp > 1:
                     t += p.allreduce_s(m * d_out * B, tp) / 2  # all-gather of the output
             else:
                 t += p.gemm_s(m, d_out, _ceil_div(d_in, tp)) + p.allreduce_s(m * d_out * B, tp)
                 if i < proj.num_layers - 1:
-                    t += p.elementwise_s(2 * m * d_out * B)
+                    t += p.elementwise_s(2 * m * d_out * B, op="act")  # activation
         return t
 
     # ------------------------------------------------------------------ memo

@@ -18,8 +18,8 @@ class (file stem)      shape columns                                         pre
                        head_dim, causal`` (one sequence)
 ``attention_decode``   ``batch, context_sum, num_heads, num_kv_heads,        ``attention_decode_s``
                        head_dim`` (contexts equal: context_sum / batch each)
-``elementwise``        ``num_bytes`` (+ ``op``: rmsnorm, silu_mul, rotary,   ``elementwise_s(num_bytes)``
-                       add, embedding, ...)
+``elementwise``        ``num_bytes`` (+ ``op``: rmsnorm, silu_mul, rotary,   ``elementwise_s(num_bytes, op)``
+                       add, embedding, ...; see below)
 ``allreduce``          ``num_bytes, world``                                  ``allreduce_s(num_bytes, world)``
 ``p2p``                ``num_bytes``                                         ``p2p_s(num_bytes)``
 ``encoder_layer``      ``family, num_units, seq_len, hidden_size, num_heads, validation of the composition
@@ -29,6 +29,13 @@ class (file stem)      shape columns                                         pre
 
 Optional columns on every class: ``source`` (model or tool the shape came
 from), ``dtype``, ``repeats``.
+
+Elementwise kernels differ several-fold in achieved bandwidth (a row gather
+reaches a fraction of what a streaming residual add does), so the ``op``
+column names the kernel; the fitter fits one model per canonical op
+(:data:`ELEMENTWISE_OPS`; :func:`canonical_elementwise_op` maps the names
+profilers and importers write) and the composition passes the canonical op
+with every call.
 """
 
 from __future__ import annotations
@@ -54,6 +61,56 @@ SHAPE_COLUMNS: dict[str, tuple[str, ...]] = {
 
 #: Classes a fitted predictor replaces (the others validate or calibrate).
 FITTED_CLASSES = ("gemm", "attention_prefill", "attention_decode", "elementwise", "allreduce", "p2p")
+
+#: Canonical elementwise kernels (the ``op`` of ``elementwise_s``) and what each moves.
+#: ``num_bytes`` follows :mod:`lmmsim.costmodel.composed` (bf16 = 2 bytes per element).
+ELEMENTWISE_OPS = ("norm", "add_norm", "act", "rotary", "embedding", "add", "softmax")
+ELEMENTWISE_OP_DOC = {
+    "norm": "unfused RMSNorm / LayerNorm: read x, write y (2 x tokens x width x 2 B)",
+    "add_norm": "fused residual add + RMSNorm (vLLM fused_add_rms_norm): read x and residual, write both (4x)",
+    "act": "activation, gated silu_mul or plain gelu: read gate|up (or up), write the ffn output",
+    "rotary": "in-place rotary embedding on Q and K: read + write of the Q and K widths",
+    "embedding": "embedding row gather: read the looked-up rows, write them (2x)",
+    "add": "residual (or position-embedding) add: read both operands, write the sum (3x)",
+    "softmax": "fp32 sampling softmax over the vocabulary: read + write 4-byte logits",
+}
+
+# Names profilers / importers write -> canonical op (keys normalised: lower case, '_' for '-' and ' ').
+_ELEMENTWISE_ALIASES = {
+    **{name: "norm" for name in (
+        "norm", "rmsnorm", "rms_norm", "layernorm", "layer_norm", "ln", "input_layernorm",
+        "post_attention_layernorm", "pre_norm", "post_norm", "final_norm", "final_layernorm")},
+    **{name: "add_norm" for name in (
+        "add_norm", "add_rmsnorm", "add_rms_norm", "fused_add_rmsnorm", "fused_add_rms_norm",
+        "add_layernorm", "residual_rmsnorm")},
+    **{name: "act" for name in (
+        "act", "activation", "mlp_act", "silu_mul", "silu_and_mul", "swiglu", "geglu", "gelu", "gelu_tanh",
+        "gelu_new", "quick_gelu", "gelu_and_mul", "silu", "relu")},
+    **{name: "rotary" for name in ("rotary", "rope", "attn_rope", "rotary_emb", "rotary_embedding", "mrope")},
+    **{name: "embedding" for name in ("embedding", "emb", "embed", "embed_tokens", "token_embedding")},
+    **{name: "add" for name in ("add", "residual_add", "residual", "add_residual", "pos_embed_add",
+                                "position_embedding_add")},
+    **{name: "softmax" for name in ("softmax", "sampling", "sampler", "sampling_softmax", "logits_softmax")},
+}
+_ELEMENTWISE_PREFIXES = ("enc_", "encoder_", "vision_", "vit_", "llm_")
+
+
+def canonical_elementwise_op(name: str) -> str:
+    """The canonical elementwise op (:data:`ELEMENTWISE_OPS`) a profiler's or importer's
+    name stands for; a name it does not know comes back unchanged.
+
+    Permissive: case, surrounding blanks, ``-`` / spaces for ``_``, and an
+    ``enc_`` / ``encoder_`` / ``vision_`` / ``vit_`` / ``llm_`` prefix (encoder
+    variants of the same kernel) do not matter.
+    """
+    key = str(name).strip().lower().replace("-", "_").replace(" ", "_")
+    op = _ELEMENTWISE_ALIASES.get(key)
+    if op is None:
+        for prefix in _ELEMENTWISE_PREFIXES:
+            if key.startswith(prefix) and key[len(prefix):] in _ELEMENTWISE_ALIASES:
+                return _ELEMENTWISE_ALIASES[key[len(prefix):]]
+        return name
+    return op
 
 
 def csv_path(folder: Path, op_class: str) -> Path:

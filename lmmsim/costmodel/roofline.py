@@ -181,17 +181,19 @@ class RooflinePredictor:
             return (0.0, 0.0)
         return self.kernel_parts(*_decode_work(batch, context_sum, num_heads, num_kv_heads, head_dim))
 
-    def elementwise_s(self, num_bytes: float) -> float:
+    def elementwise_s(self, num_bytes: float, op: str | None = None) -> float:
         """Memory-bound kernel (norm, activation, rotary, residual): bytes only.
 
         Their arithmetic (a few FLOPs per element) never approaches the ridge
-        point of a modern GPU, so only the traffic and the launch count.
+        point of a modern GPU, so only the traffic and the launch count. ``op``
+        (which kernel) is accepted and ignored: v0 has one efficiency curve
+        for every kernel.
         """
         if num_bytes <= 0:
             return 0.0
         return (num_bytes + self._memory_half) / self._memory_rate + self._launch_s
 
-    def elementwise_parts(self, num_bytes: float) -> tuple[float, float]:
+    def elementwise_parts(self, num_bytes: float, op: str | None = None) -> tuple[float, float]:
         """``(0.0, elementwise_s(num_bytes))``: always memory-bound."""
         return (0.0, self.elementwise_s(num_bytes))
 

@@ -1,0 +1,235 @@
+"""A fit folder on disk: ``model.json`` plus forest arrays, written and read back without pickle.
+
+Layout of ``model.json`` (format :data:`FORMAT`)::
+
+    {"format", "gpu", "unit": "s", "profile": {path, meta}, "peaks": {class: [FLOP/s, B/s]},
+     "selection": {...}, "skipped": {class: why},
+     "classes": {class: entry}}
+
+    entry = {"kind": roofline | poly | forest, "estimator": roofline | poly2 | poly3 | forest,
+             "features": [...], "metrics": {...}, "feature_ranges": {feature: [min, max]},
+             "params": ...,             # roofline parameters, polynomial arrays, or {"file": <npz>}
+             "roofline": {...},         # the class's fitted roofline (non-roofline kinds)
+             "derived_from": gpu,       # optional: roofline fitted on another GPU's data
+             "per_op": {op: entry}}     # optional, elementwise: one model per canonical op
+
+A forest's trees are ``<class>.forest.npz`` (``elementwise.<op>.forest.npz``
+for a per-op forest), loaded with ``allow_pickle=False``. ``per_op`` is
+optional both ways: a fit without it loads as one pooled model, and a reader
+that ignores it still gets the pooled model. Loading needs numpy only
+(:mod:`lmmsim.costmodel.npmodels`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from lmmsim.catalog import GpuSpec, LinkSpec
+from lmmsim.costmodel.estimators import EXTRAPOLATING, FOREST_PARAMS, SEED, estimator_inputs
+from lmmsim.costmodel.features import CLASSES, WORK, class_peaks, matrix
+from lmmsim.costmodel.npmodels import ForestModel, PolyModel, RooflineModel
+from lmmsim.costmodel.selection import CV_FOLDS, HELDOUT_FRACTION, TIE_MARGIN_PCT
+
+if TYPE_CHECKING:
+    from lmmsim.costmodel.selection import ClassFit, Fit
+
+FORMAT = "lmmsim-fit/1"
+
+
+# ================================================================= save
+def _kind(estimator_name: str) -> str:
+    return "poly" if estimator_name.startswith("poly") else estimator_name
+
+
+def _file_stem(op_class: str, op: str | None) -> str:
+    """``<class>`` or ``<class>.<op>``; an op name unsafe in a file name is cleaned and
+    tagged with a hash of the original (two odd names never share a file)."""
+    if op is None:
+        return op_class
+    safe = re.sub(r"[^A-Za-z0-9_-]", "_", op)
+    if safe != op:
+        safe += "-" + hashlib.sha1(op.encode()).hexdigest()[:8]
+    return f"{op_class}.{safe}"
+
+
+def _entry(folder: Path, op_class: str, cf: ClassFit, op: str | None = None) -> dict:
+    """The model.json entry of one fitted model (writes its forest arrays next to it)."""
+    kind = _kind(cf.estimator_name)
+    entry = {"kind": kind, "estimator": cf.estimator_name, "features": list(estimator_inputs(
+        cf.estimator_name, op_class)), "metrics": cf.metrics, "feature_ranges": cf.feature_ranges}
+    if kind == "roofline":
+        entry["params"] = cf.estimator.params()
+    else:
+        entry["roofline"] = cf.roofline.params()
+        if kind == "poly":
+            scale, poly, ridge = (cf.estimator.named_steps[s] for s in ("scale", "poly", "ridge"))
+            entry["params"] = {"mean": scale.mean_.tolist(), "scale": scale.scale_.tolist(),
+                               "powers": poly.powers_.tolist(), "coef": ridge.coef_.tolist(),
+                               "intercept": float(ridge.intercept_), "alpha": float(ridge.alpha_)}
+        else:
+            name = f"{_file_stem(op_class, op)}.forest.npz"
+            _save_forest(folder / name, cf.estimator)
+            entry["params"] = {"file": name, **FOREST_PARAMS, "random_state": SEED}
+    if cf.per_op:
+        entry["per_op"] = {o: _entry(folder, op_class, sub, o) for o, sub in sorted(cf.per_op.items())}
+    return entry
+
+
+def save_fit(folder: Path, fit: Fit) -> Path:
+    """Write ``folder/model.json`` (+ a ``.forest.npz`` per forest); returns model.json's path."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    classes = {op_class: _entry(folder, op_class, cf) for op_class, cf in sorted(fit.classes.items())}
+    doc = {"format": FORMAT, "gpu": fit.gpu, "unit": "s", "profile": fit.provenance, "peaks": fit.peaks,
+           "selection": {"heldout_fraction": HELDOUT_FRACTION, "cv_folds": CV_FOLDS, "seed": SEED,
+                         "tie_margin_pct": TIE_MARGIN_PCT, "prefer": list(EXTRAPOLATING)},
+           "skipped": fit.skipped, "classes": classes}
+    path = folder / "model.json"
+    path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def _save_forest(path: Path, forest) -> None:
+    trees = [e.tree_ for e in forest.estimators_]
+    np.savez_compressed(
+        path,
+        tree_offsets=np.cumsum([0] + [t.node_count for t in trees])[:-1].astype(np.int64),
+        children_left=np.concatenate([t.children_left for t in trees]).astype(np.int32),
+        children_right=np.concatenate([t.children_right for t in trees]).astype(np.int32),
+        feature=np.concatenate([t.feature for t in trees]).astype(np.int32),
+        threshold=np.concatenate([t.threshold for t in trees]),
+        value=np.concatenate([t.value[:, 0, 0] for t in trees]),
+    )
+
+
+# ================================================================= load
+@dataclass
+class LoadedClass:
+    """One class of a saved fit, ready to predict (numpy only).
+
+    ``per_op`` (elementwise): a LoadedClass per canonical op that has its own
+    model; this one is then the pooled model, for every other op.
+    """
+
+    op_class: str
+    kind: str  # roofline | poly | forest
+    estimator_name: str
+    features: tuple[str, ...]
+    model: object  # RooflineModel | PolyModel | ForestModel
+    roofline: RooflineModel
+    derived_from: str | None
+    metrics: dict
+    feature_ranges: dict
+    per_op: dict[str, LoadedClass] = field(default_factory=dict)
+
+    def predict_s(self, feats: dict) -> np.ndarray:
+        """Seconds for a feature dict from :func:`~lmmsim.costmodel.features.class_features`
+        (vectorised; this model only, no per-op routing)."""
+        return self.model.predict_s(matrix(feats, self.features))
+
+    def predict_in_range_s(self, feats: dict) -> np.ndarray:
+        """As :meth:`predict_s`, but a forest hands rows outside its fitted feature
+        box to its fitted roofline (as :class:`~lmmsim.costmodel.fitted.FittedPredictor` does)."""
+        pred = self.predict_s(feats)
+        if self.kind == "forest":
+            X = matrix(feats, self.features)
+            lo = np.array([self.feature_ranges[nm][0] for nm in self.features]) - 1e-9
+            hi = np.array([self.feature_ranges[nm][1] for nm in self.features]) + 1e-9
+            out = ((X < lo) | (X > hi)).any(axis=1)
+            if out.any():
+                pred = np.where(out, self.roofline.predict_s(matrix(feats, WORK)), pred)
+        return pred
+
+
+@dataclass
+class LoadedFit:
+    gpu: str
+    provenance: dict
+    classes: dict[str, LoadedClass]
+    doc: dict
+
+
+def _load_entry(folder: Path, op_class: str, entry: dict, peaks: tuple) -> LoadedClass:
+    kind = entry["kind"]
+    derived = entry.get("derived_from")
+    if kind == "roofline":
+        model = RooflineModel(entry["params"], *(peaks if derived else (None, None)))
+        roof = model
+    elif kind == "poly":
+        model, roof = PolyModel(entry["params"]), RooflineModel(entry["roofline"])
+    elif kind == "forest":
+        with np.load(folder / entry["params"]["file"], allow_pickle=False) as arrays:
+            model = ForestModel(arrays)
+        roof = RooflineModel(entry["roofline"])
+    else:
+        raise ValueError(f"{folder / 'model.json'}: {op_class}: unknown kind {kind!r}")
+    per_op = {op: _load_entry(folder, op_class, {"derived_from": derived, **sub}, peaks)
+              for op, sub in entry.get("per_op", {}).items()}
+    return LoadedClass(op_class, kind, entry.get("estimator", kind), tuple(entry.get("features", WORK)), model, roof,
+                       derived, entry.get("metrics", {}), entry.get("feature_ranges", {}), per_op)
+
+
+def load_fit(folder: Path, gpu: GpuSpec | None = None, interconnect: LinkSpec | None = None) -> LoadedFit:
+    """Rebuild the predictors of ``folder/model.json`` (no scikit-learn needed).
+
+    A class marked ``derived_from`` (roofline parameters fitted on another GPU)
+    is evaluated with ``gpu``'s peaks (``interconnect``'s bandwidth for
+    collectives) when given, else with the peaks stored with it.
+    """
+    folder = Path(folder)
+    doc = json.loads((folder / "model.json").read_text())
+    if doc.get("format") != FORMAT:
+        raise ValueError(f"{folder / 'model.json'}: format {doc.get('format')!r}, expected {FORMAT!r}")
+    classes = {}
+    for op_class, entry in doc["classes"].items():
+        if op_class not in CLASSES:
+            raise ValueError(f"{folder / 'model.json'}: unknown class {op_class!r}")
+        peaks = class_peaks(op_class, gpu, interconnect) if gpu is not None else (None, None)
+        classes[op_class] = _load_entry(folder, op_class, entry, peaks)
+    return LoadedFit(doc.get("gpu", ""), doc.get("profile", {}), classes, doc)
+
+
+# =============================================================== derive
+def _derived_entry(entry: dict, source_gpu: str, source_profile: dict | None) -> dict:
+    params = entry["params"] if entry["kind"] == "roofline" else entry["roofline"]
+    out = {"kind": "roofline", "estimator": "roofline", "features": list(WORK), "derived_from": source_gpu,
+           "params": params, "metrics": entry.get("metrics", {})}
+    if source_profile is not None:
+        out["source_profile"] = source_profile
+    if entry.get("per_op"):
+        out["per_op"] = {op: _derived_entry(sub, source_gpu, None) for op, sub in entry["per_op"].items()}
+    return out
+
+
+def derive_classes(source_folder: Path, target_folder: Path, classes, *, target_gpu: str) -> Path:
+    """Copy the fitted rooflines of ``classes`` from one GPU's fit into another's
+    ``model.json`` as ``derived_from`` classes (applied with the target's peaks).
+
+    Used where the target GPU has no profile for a class (e.g. H100 attention
+    derived from A100 data). Per-op elementwise models come along as per-op
+    rooflines. A class the target already fitted from data is an error.
+    """
+    src = json.loads((Path(source_folder) / "model.json").read_text())
+    target_path = Path(target_folder) / "model.json"
+    if target_path.exists():
+        doc = json.loads(target_path.read_text())
+    else:
+        doc = {"format": FORMAT, "gpu": target_gpu, "unit": "s", "profile": {}, "peaks": {}, "skipped": {},
+               "classes": {}}
+    for op_class in classes:
+        entry = src["classes"].get(op_class)
+        if entry is None:
+            raise ValueError(f"{source_folder}: no fitted {op_class!r}")
+        if op_class in doc["classes"] and not doc["classes"][op_class].get("derived_from"):
+            raise ValueError(f"{target_path}: {op_class!r} is already fitted from data")
+        doc["classes"][op_class] = _derived_entry(entry, src.get("gpu", str(source_folder)), src.get("profile", {}))
+    target_path.parent.mkdir(parents=True, exist_ok=True)
+    target_path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return target_path

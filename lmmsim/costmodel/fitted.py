@@ -1,0 +1,290 @@
+"""Fitted operator predictor: a saved ``lmmsim fit`` folder behind the ``OperatorPredictor`` methods.
+
+:class:`FittedPredictor` answers every
+:class:`~lmmsim.costmodel.base.OperatorPredictor` method (seconds; profiles
+are in ms) from the per-class models of ``fit_folder/model.json`` (see
+:mod:`lmmsim.costmodel.fitting`), evaluated in numpy / pure Python floats --
+scikit-learn is not imported.
+
+* **Fallback.** A class the fit lacks (too few rows, not profiled) is answered
+  by :class:`~lmmsim.costmodel.roofline.RooflinePredictor` on the same GPU, for
+  that class only; :attr:`FittedPredictor.fallback_classes` lists them (the
+  run summary prints it).
+* **Derived classes.** A class marked ``derived_from: <gpu>`` in model.json
+  holds roofline parameters fitted on another GPU's data; it is evaluated with
+  *this* GPU's peak FLOP/s and HBM bandwidth (the interconnect's bandwidth for
+  collectives). :attr:`FittedPredictor.derived_classes` lists them.
+* **Outside the data.** A forest is flat beyond the shapes it was fitted on,
+  so a call whose features leave the fitted box is answered by the class's
+  fitted roofline instead and counted in :attr:`FittedPredictor.extrapolated`.
+* **Elementwise kernels by op.** A fit with per-op elementwise models
+  (:mod:`lmmsim.costmodel.selection`) answers ``elementwise_s(num_bytes, op)``
+  with the model of ``op``'s canonical name
+  (:func:`~lmmsim.costmodel.opdata.canonical_elementwise_op`); an op without
+  a model of its own, or no op, gets the class's pooled model.
+  :attr:`FittedPredictor.elementwise_ops` lists the ops with their own model.
+* **Speed.** Results are memoised per exact argument tuple (a dict per class,
+  cleared past ``MEMO_LIMIT`` entries, which never changes a result; one per
+  elementwise model, shared by the op names that map to it). Decode
+  attention is called every engine step with a new context sum, so for a
+  roofline or polynomial decode model it skips the memo and evaluates the
+  closed form in Python floats (about 1-2 us for a roofline, a few us for a
+  polynomial); a forest decode model is memoised.
+* **Compute / memory split** (``*_parts``, used under GPU sharing): the fitted
+  time goes whole into the bucket the class's *fitted* roofline puts that
+  shape in (compute-bound iff its compute term is strictly larger), so
+  ``sum(x_parts(...)) == x_s(...)`` exactly; elementwise kernels and
+  collectives are memory/link-bound, ``(0.0, t)``. Fallback classes use the
+  v0 roofline's own parts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from lmmsim.catalog import GpuSpec, LinkSpec
+from lmmsim.costmodel import opdata
+from lmmsim.costmodel.features import CLASSES, LINK_CLASSES, class_features, row_ops
+from lmmsim.costmodel.fitstore import LoadedClass, load_fit
+from lmmsim.costmodel.roofline import RooflinePredictor
+
+
+class FittedPredictor:
+    """Operator predictor from a fit folder for one GPU (implements ``OperatorPredictor``).
+
+    ``interconnect`` is the tensor-parallel link; it only matters for the
+    collectives that fall back to the roofline or are derived from another GPU.
+    Raises ``ValueError`` when the fit was made for another GPU (derive the
+    classes instead: :func:`lmmsim.costmodel.fitting.derive_classes`).
+    """
+
+    MEMO_LIMIT = 1 << 18
+
+    def __init__(self, fit_folder: Path, gpu: GpuSpec, interconnect: LinkSpec | None = None):
+        self.fit_folder = Path(fit_folder)
+        self.gpu = gpu
+        self.interconnect = interconnect
+        self.fit = load_fit(self.fit_folder, gpu, interconnect)
+        if self.fit.gpu and self.fit.gpu != gpu.name:
+            raise ValueError(f"{self.fit_folder}: fitted for {self.fit.gpu!r}, not {gpu.name!r}")
+        if interconnect is None:  # a derived collective cannot be scaled to an unknown link
+            for op_class in LINK_CLASSES:
+                if op_class in self.fit.classes and self.fit.classes[op_class].derived_from:
+                    del self.fit.classes[op_class]
+        self._roof = RooflinePredictor(gpu, interconnect)
+        classes = self.fit.classes
+        self.fallback_classes: tuple[str, ...] = tuple(c for c in opdata.FITTED_CLASSES if c not in classes)
+        self.derived_classes: dict[str, str] = {c: lc.derived_from for c, lc in classes.items() if lc.derived_from}
+        self.extrapolated: dict[str, int] = {
+            c: 0 for c, lc in classes.items() if "forest" in (lc.kind, *(s.kind for s in lc.per_op.values()))}
+
+        self._fn = {c: self._scalar_fn(c, classes[c]) if c in classes else getattr(self._roof, c + "_s")
+                    for c in opdata.FITTED_CLASSES}
+        self._memo: dict[str, dict] = {c: {} for c in opdata.FITTED_CLASSES}
+        self._gemm_memo = self._memo["gemm"]
+        self._prefill_memo = self._memo["attention_prefill"]
+        elementwise = classes.get("elementwise")
+        per_op = elementwise.per_op if elementwise is not None else {}
+        self.elementwise_ops: tuple[str, ...] = tuple(sorted(per_op))
+        # (memo, model) per canonical op with a model of its own, and for the pooled model (key None);
+        # _elementwise_by_op maps each op name as called to one of them on its first call.
+        self._elementwise_models: dict[str | None, tuple[dict, object]] = {
+            op: ({}, self._scalar_fn("elementwise", lc)) for op, lc in per_op.items()}
+        self._elementwise_models[None] = (self._memo["elementwise"], self._fn["elementwise"])
+        self._elementwise_by_op = {None: self._elementwise_models[None]}
+        self._allreduce_memo = self._memo["allreduce"]
+        self._p2p_memo = self._memo["p2p"]
+        decode = classes.get("attention_decode")
+        if decode is None or decode.kind in ("roofline", "poly"):
+            self._decode = self._fn["attention_decode"]  # closed form: no memo
+        else:
+            self._decode = self._memoised("attention_decode")
+
+    def describe(self) -> str:
+        """One line for a run summary: which classes are fitted, derived, or fall back."""
+        fitted = [f"{c} ({self._estimators(lc)})" for c, lc in self.fit.classes.items() if not lc.derived_from]
+        parts = [f"fitted: {', '.join(fitted) or 'none'}"]
+        if self.derived_classes:
+            parts.append("derived: " + ", ".join(f"{c} from {g}" for c, g in self.derived_classes.items()))
+        if self.fallback_classes:
+            parts.append("roofline v0 fallback: " + ", ".join(self.fallback_classes))
+        return "; ".join(parts)
+
+    @staticmethod
+    def _estimators(lc: LoadedClass) -> str:
+        if not lc.per_op:
+            return lc.estimator_name
+        ops = ", ".join(f"{op} {sub.estimator_name}" for op, sub in sorted(lc.per_op.items()))
+        return f"per op: {ops}; others {lc.estimator_name}"
+
+    # ------------------------------------------------------------ building
+    def _scalar_fn(self, op_class: str, lc: LoadedClass):
+        """``f(*shape) -> seconds`` for one call of ``lc`` (a class or per-op model), in Python floats."""
+        spec = CLASSES[op_class]
+        work, features = spec.work, spec.features
+        if lc.kind == "roofline":
+            time_s = lc.model.time_s
+            return lambda *args: time_s(*work(*args))
+        names = lc.features
+        scalar_s = lc.model.scalar_s
+        if lc.kind == "poly":
+            return lambda *args: scalar_s(list(map(features(*args).__getitem__, names)))
+        lo = [lc.feature_ranges[nm][0] - 1e-9 for nm in names]
+        hi = [lc.feature_ranges[nm][1] + 1e-9 for nm in names]
+        roof_s = lc.roofline.time_s
+        counts = self.extrapolated
+
+        def forest(*args):
+            f = features(*args)
+            x = [f[nm] for nm in names]
+            for v, a, b in zip(x, lo, hi):
+                if v < a or v > b:
+                    counts[op_class] += 1
+                    return roof_s(f["flops"], f["bytes"], f["count"])
+            return scalar_s(x)
+
+        return forest
+
+    def _memoised(self, op_class: str):
+        memo, fn = self._memo[op_class], self._fn[op_class]
+
+        def call(*args):
+            t = memo.get(args)
+            if t is None:
+                t = self._store(memo, args, fn(*args))
+            return t
+
+        return call
+
+    def _store(self, memo: dict, key, value: float) -> float:
+        if len(memo) >= self.MEMO_LIMIT:
+            memo.clear()
+        memo[key] = value
+        return value
+
+    def _compute_bound(self, op_class: str, *args) -> bool:
+        flops, nbytes, _ = CLASSES[op_class].work(*args)
+        return self.fit.classes[op_class].roofline.compute_bound(flops, nbytes)
+
+    # ----------------------------------------------------------- operators
+    def gemm_s(self, m: int, n: int, k: int) -> float:
+        """``[m, k] x [k, n]`` bf16 matmul; 0 for an empty one."""
+        if m <= 0 or n <= 0 or k <= 0:
+            return 0.0
+        key = (m, n, k)
+        t = self._gemm_memo.get(key)
+        if t is None:
+            t = self._store(self._gemm_memo, key, self._fn["gemm"](m, n, k))
+        return t
+
+    def attention_prefill_s(
+        self, new_tokens: int, context: int, num_heads: int, num_kv_heads: int, head_dim: int, causal: bool = True
+    ) -> float:
+        """One sequence's attention, ``new_tokens`` queries over ``context`` keys (new ones included)."""
+        if new_tokens <= 0:
+            return 0.0
+        if context < new_tokens:
+            raise ValueError(f"attention context ({context}) is shorter than the new tokens ({new_tokens})")
+        key = (new_tokens, context, num_heads, num_kv_heads, head_dim, bool(causal))
+        t = self._prefill_memo.get(key)
+        if t is None:
+            t = self._store(self._prefill_memo, key, self._fn["attention_prefill"](*key))
+        return t
+
+    def attention_decode_s(
+        self, batch: int, context_sum: int, num_heads: int, num_kv_heads: int, head_dim: int
+    ) -> float:
+        """Decode attention of ``batch`` single-token queries over ``context_sum`` cached tokens."""
+        if batch <= 0:
+            return 0.0
+        return self._decode(batch, context_sum, num_heads, num_kv_heads, head_dim)
+
+    def elementwise_s(self, num_bytes: float, op: str | None = None) -> float:
+        """A memory-bound kernel ``op`` moving ``num_bytes``; 0 for none. ``op``'s own
+        model when the fit has one (any alias of a canonical op), else the pooled model."""
+        if num_bytes <= 0:
+            return 0.0
+        entry = self._elementwise_by_op.get(op)
+        if entry is None:
+            models = self._elementwise_models
+            entry = self._elementwise_by_op[op] = models.get(opdata.canonical_elementwise_op(op), models[None])
+        memo, fn = entry
+        t = memo.get(num_bytes)
+        if t is None:
+            t = self._store(memo, num_bytes, fn(num_bytes))
+        return t
+
+    def allreduce_s(self, num_bytes: float, world: int) -> float:
+        """All-reduce of ``num_bytes`` over ``world`` GPUs; 0 for one GPU or no bytes."""
+        if world <= 1 or num_bytes <= 0:
+            return 0.0
+        key = (num_bytes, world)
+        t = self._allreduce_memo.get(key)
+        if t is None:
+            t = self._store(self._allreduce_memo, key, self._fn["allreduce"](num_bytes, world))
+        return t
+
+    def p2p_s(self, num_bytes: float) -> float:
+        """Send ``num_bytes`` to a neighbouring GPU (a zero-byte message still pays its latency)."""
+        t = self._p2p_memo.get(num_bytes)
+        if t is None:
+            t = self._store(self._p2p_memo, num_bytes, self._fn["p2p"](num_bytes))
+        return t
+
+    # -------------------------------------------------------------- parts
+    def gemm_parts(self, m: int, n: int, k: int) -> tuple[float, float]:
+        if "gemm" not in self.fit.classes:
+            return self._roof.gemm_parts(m, n, k)
+        t = self.gemm_s(m, n, k)
+        if t == 0.0:
+            return (0.0, 0.0)
+        return (t, 0.0) if self._compute_bound("gemm", m, n, k) else (0.0, t)
+
+    def attention_prefill_parts(
+        self, new_tokens: int, context: int, num_heads: int, num_kv_heads: int, head_dim: int, causal: bool = True
+    ) -> tuple[float, float]:
+        args = (new_tokens, context, num_heads, num_kv_heads, head_dim, causal)
+        if "attention_prefill" not in self.fit.classes:
+            return self._roof.attention_prefill_parts(*args)
+        t = self.attention_prefill_s(*args)
+        if t == 0.0:
+            return (0.0, 0.0)
+        return (t, 0.0) if self._compute_bound("attention_prefill", *args) else (0.0, t)
+
+    def attention_decode_parts(
+        self, batch: int, context_sum: int, num_heads: int, num_kv_heads: int, head_dim: int
+    ) -> tuple[float, float]:
+        args = (batch, context_sum, num_heads, num_kv_heads, head_dim)
+        if "attention_decode" not in self.fit.classes:
+            return self._roof.attention_decode_parts(*args)
+        t = self.attention_decode_s(*args)
+        if t == 0.0:
+            return (0.0, 0.0)
+        return (t, 0.0) if self._compute_bound("attention_decode", *args) else (0.0, t)
+
+    def elementwise_parts(self, num_bytes: float, op: str | None = None) -> tuple[float, float]:
+        return (0.0, self.elementwise_s(num_bytes, op))
+
+    def allreduce_parts(self, num_bytes: float, world: int) -> tuple[float, float]:
+        return (0.0, self.allreduce_s(num_bytes, world))
+
+    def p2p_parts(self, num_bytes: float) -> tuple[float, float]:
+        return (0.0, self.p2p_s(num_bytes))
+
+    # --------------------------------------------------------- vectorised
+    def predict_frame(self, op_class: str, df: pd.DataFrame) -> np.ndarray:
+        """Seconds for every row of a profile DataFrame of ``op_class`` (fitted classes;
+        the same rules as the scalar methods: forests' out-of-range rows, and
+        elementwise rows by their ``op`` column's model)."""
+        lc = self.fit.classes[op_class]
+        pred = lc.predict_in_range_s(class_features(op_class, df))
+        ops = row_ops(df) if lc.per_op else None
+        if ops is not None:
+            for op, sub in lc.per_op.items():
+                rows = ops == op
+                if rows.any():
+                    pred[rows] = sub.predict_in_range_s(class_features(op_class, df[rows]))
+        return pred

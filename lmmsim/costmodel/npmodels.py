@@ -1,0 +1,130 @@
+"""Saved cost models evaluated with numpy only: roofline, polynomial, forest.
+
+What :mod:`lmmsim.costmodel.fitstore` rebuilds from a fit folder and
+:class:`~lmmsim.costmodel.fitted.FittedPredictor` calls: each model predicts
+seconds, vectorised over a feature matrix (``predict_s``) and for one call in
+pure Python floats (``time_s`` / ``scalar_s``, no numpy overhead), and the two
+agree to float rounding. No scikit-learn: the polynomial and the forest are
+the arrays scikit-learn fitted (:mod:`lmmsim.costmodel.estimators`), replayed.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+
+import numpy as np
+
+
+class RooflineModel:
+    """Fitted roofline, evaluated in numpy (vectorised) or pure Python floats (:meth:`time_s`)."""
+
+    def __init__(self, params: dict, peak_flops: float | None = None, peak_bytes_per_s: float | None = None):
+        self.params = dict(params)
+        P = peak_flops if peak_flops is not None else params.get("peak_flops")
+        Bw = peak_bytes_per_s if peak_bytes_per_s is not None else params["peak_bytes_per_s"]
+        self.uses_compute = bool(params.get("uses_compute")) and P is not None
+        if self.uses_compute:
+            self._c_rate = P * params["compute_max"]
+            self._c_half = params["compute_half_flops"]
+        else:
+            self._c_rate, self._c_half = 1.0, 0.0
+        self._m_rate = Bw * params["memory_max"]
+        self._m_half = params["memory_half_bytes"]
+        self._launch = params["launch_s"]
+
+    def terms(self, flops: float, nbytes: float) -> tuple[float, float]:
+        tc = (flops + self._c_half) / self._c_rate if (flops > 0 and self.uses_compute) else 0.0
+        tm = (nbytes + self._m_half) / self._m_rate if nbytes > 0 else 0.0
+        return tc, tm
+
+    def time_s(self, flops: float, nbytes: float, count: float = 1.0) -> float:
+        tc, tm = self.terms(flops, nbytes)
+        return (tc if tc > tm else tm) + self._launch * count
+
+    def compute_bound(self, flops: float, nbytes: float) -> bool:
+        tc, tm = self.terms(flops, nbytes)
+        return tc > tm
+
+    def predict_s(self, X: np.ndarray) -> np.ndarray:
+        flops, nbytes, count = X[:, 0], X[:, 1], X[:, 2]
+        tm = np.where(nbytes > 0, (nbytes + self._m_half) / self._m_rate, 0.0)
+        if self.uses_compute:
+            tm = np.maximum(np.where(flops > 0, (flops + self._c_half) / self._c_rate, 0.0), tm)
+        return tm + self._launch * count
+
+
+class PolyModel:
+    """Standardise -> polynomial terms -> linear, predicting log seconds."""
+
+    def __init__(self, params: dict):
+        self.mean = np.asarray(params["mean"], float)
+        self.scale = np.asarray(params["scale"], float)
+        self.powers = np.asarray(params["powers"], np.int64)
+        self.coef = np.asarray(params["coef"], float)
+        self.intercept = float(params["intercept"])
+        # Pure-Python form for one call: each term as the feature indices it multiplies.
+        self._mean, self._scale = self.mean.tolist(), self.scale.tolist()
+        self._terms = [(c, [i for i, p in enumerate(row) for _ in range(p)])
+                       for c, row in zip(self.coef.tolist(), self.powers.tolist())]
+
+    def predict_s(self, X: np.ndarray) -> np.ndarray:
+        Z = (X - self.mean) / self.scale
+        terms = np.prod(Z[:, None, :] ** self.powers[None, :, :], axis=2)
+        return np.exp(terms @ self.coef + self.intercept)
+
+    def scalar_s(self, x) -> float:
+        z = [(v - m) / s for v, m, s in zip(x, self._mean, self._scale)]
+        acc = self.intercept
+        for c, idx in self._terms:
+            for i in idx:
+                c *= z[i]
+            acc += c
+        return math.exp(acc)
+
+
+class ForestModel:
+    """Mean of regression trees (sklearn's arrays), predicting log seconds.
+
+    Inputs are rounded to float32 before the ``x <= threshold`` tests, as
+    scikit-learn does, so predictions equal its own to float rounding.
+    """
+
+    def __init__(self, arrays):
+        self.offsets = np.asarray(arrays["tree_offsets"], np.int64)
+        self.left = np.asarray(arrays["children_left"], np.int64)
+        self.right = np.asarray(arrays["children_right"], np.int64)
+        self.feature = np.asarray(arrays["feature"], np.int64)
+        self.threshold = np.asarray(arrays["threshold"], float)
+        self.value = np.asarray(arrays["value"], float)
+        ends = list(self.offsets[1:]) + [len(self.left)]
+        self._trees = [tuple(a[s:e].tolist() for a in (self.left, self.right, self.feature, self.threshold,
+                                                         self.value)) for s, e in zip(self.offsets, ends)]
+
+    def predict_s(self, X: np.ndarray) -> np.ndarray:
+        X32 = np.asarray(X, np.float32).astype(float)
+        rows = np.arange(len(X32))
+        total = np.zeros(len(X32))
+        for off in self.offsets:
+            node = np.zeros(len(X32), np.int64) + off
+            while True:
+                left = self.left[node]
+                inner = left >= 0
+                if not inner.any():
+                    break
+                f = np.where(inner, self.feature[node], 0)
+                go_left = X32[rows, f] <= self.threshold[node]
+                node = np.where(inner, np.where(go_left, left, self.right[node]) + off, node)
+            total += self.value[node]
+        return np.exp(total / len(self.offsets))
+
+    def scalar_s(self, x) -> float:
+        x = array("f", x).tolist()
+        total = 0.0
+        for left, right, feature, threshold, value in self._trees:
+            node = 0
+            while left[node] >= 0:
+                node = left[node] if x[feature[node]] <= threshold[node] else right[node]
+            total += value[node]
+        return math.exp(total / len(self._trees))
+

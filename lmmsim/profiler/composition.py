@@ -1,0 +1,69 @@
+"""Measure complete forward passes of the reference models, for the composition check.
+
+Writes ``composition.csv`` (model, kind, shape, time_ms) and
+``composition_models.json`` (the models as catalog entries) into a profile
+folder; :mod:`lmmsim.costmodel.composition` predicts the same passes from the
+fitted operators.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from lmmsim.costmodel.composition import COMPOSITION_CSV, COMPOSITION_MODELS
+from lmmsim.profiler.reference import TinyDecoder, TinyViT, time_forward
+
+# Shapes of the check: prompt lengths, (batch, context) decode steps, image batches.
+PREFILL_TOKENS = (32, 128, 256, 512, 1024)
+DECODE_SHAPES = ((1, 128), (8, 256), (16, 512), (32, 1024))
+ENCODE_BATCHES = (1, 2, 4, 8)
+
+
+def reference_models(device: str = "cpu") -> tuple[TinyDecoder, TinyDecoder, TinyViT]:
+    """The decoders (MHA and GQA) and the ViT of the check."""
+    return (TinyDecoder(kv_heads=8, device=device), TinyDecoder(kv_heads=2, device=device, seed=1),
+            TinyViT(device=device))
+
+
+def measure(decoder: TinyDecoder, name: str, kind: str, shape: dict, repeats: int, device: str) -> dict:
+    if kind == "prefill":
+        fn = lambda: decoder.prefill(shape["num_tokens"])  # noqa: E731
+    elif kind == "decode":
+        fn = lambda: decoder.decode(shape["batch"], shape["context"])  # noqa: E731
+    else:
+        fn = lambda: decoder.forward(shape["batch"])  # noqa: E731
+    return {"model": name, "kind": kind, **shape, "time_ms": time_forward(fn, repeats, device)}
+
+
+def measure_composition(out_dir: Path, device: str = "cpu", repeats: int = 7, quick: bool = False) -> pd.DataFrame:
+    """Time the reference passes and write the composition files; returns the rows."""
+    mha, gqa, vit = reference_models(device)
+    rows = []
+    prefill = PREFILL_TOKENS[:2] if quick else PREFILL_TOKENS
+    decode = DECODE_SHAPES[:2] if quick else DECODE_SHAPES
+    encode = ENCODE_BATCHES[:2] if quick else ENCODE_BATCHES
+    models = {"tiny-decoder-mha": mha, "tiny-decoder-gqa": gqa}
+    for name, dec in models.items():
+        rows += [measure(dec, name, "prefill", {"num_tokens": n}, repeats, device) for n in prefill]
+        rows += [measure(dec, name, "decode", {"batch": b, "context": c}, repeats, device) for b, c in decode]
+    rows += [measure(vit, "tiny-vit", "encode", {"batch": b, "seq_len": vit.patches}, repeats, device)
+             for b in encode]
+    df = pd.DataFrame(rows)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out_dir / COMPOSITION_CSV, index=False)
+    specs = {name: m.as_model_spec(name).model_dump(mode="json") for name, m in models.items()}
+    specs["tiny-vit"] = vit.as_model_spec("tiny-vit").model_dump(mode="json")
+    (out_dir / COMPOSITION_MODELS).write_text(json.dumps(specs, indent=1, sort_keys=True) + "\n")
+    return df
+
+
+if __name__ == "__main__":  # python -m lmmsim.profiler.composition OUT_DIR
+    import sys
+
+    torch.set_num_threads(int(sys.argv[2]) if len(sys.argv) > 2 else torch.get_num_threads())
+    print(measure_composition(Path(sys.argv[1])))
