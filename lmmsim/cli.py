@@ -234,6 +234,10 @@ def cmd_profile(args) -> int:
     from lmmsim import catalog
 
     try:
+        import torch
+
+        from lmmsim.profiler.composition import measure_composition
+        from lmmsim.profiler.reference import REFERENCE_MODELS
         from lmmsim.profiler.run import profile
     except ImportError as exc:  # torch is optional
         raise UserError("profile", f"needs torch ({exc.name} missing): pip install 'lmmsim[profile]'") from None
@@ -242,11 +246,16 @@ def cmd_profile(args) -> int:
     if not models:
         raise UserError("--models", "give at least one model name")
     for m in models:
-        catalog.get_model(m, key="--models")
+        if m not in REFERENCE_MODELS:
+            catalog.get_model(m, key="--models")
     out = Path(args.output or catalog.profiles_dir() / "ops" / args.hardware)
     _fresh_dir(out, args.force)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     profile(args.device, args.hardware, models, out, quick=args.quick, max_minutes=args.max_minutes,
             command="lmmsim " + " ".join(sys.argv[1:]))
+    if args.composition:
+        measure_composition(out, device=args.device, quick=args.quick)
     print(f"profile written to {out}/")
     return 0
 
@@ -392,6 +401,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="profile folder (default: profiles/ops/<hardware>/)")
     p.add_argument("--quick", action="store_true", help="tiny shapes only (seconds; for tests)")
     p.add_argument("--max-minutes", type=float, help="thin the shape grids so the sweep fits in N minutes")
+    p.add_argument("--threads", type=int, help="torch threads (CPU; default torch's choice)")
+    p.add_argument("--composition", action="store_true",
+                   help="also time whole forward passes of the reference models (composition check)")
     p.add_argument("--force", action="store_true", help="overwrite an existing profile folder")
     p.set_defaults(func=cmd_profile)
 

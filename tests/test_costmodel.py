@@ -440,7 +440,7 @@ class _RecordingPredictor:
 
 @pytest.mark.parametrize("encoder,expected", [
     (SIGLIP, {"norm", "add", "act"}),
-    (QWEN_VIT, {"norm", "add", "act", "rotary"}),
+    (QWEN_VIT, {"norm", "add", "act_gated", "act", "rotary"}),  # gated layers, GELU projector
 ])
 def test_composition_names_a_canonical_op_for_every_elementwise_call(encoder, expected):
     from lmmsim.costmodel.opdata import ELEMENTWISE_OPS
@@ -450,7 +450,7 @@ def test_composition_names_a_canonical_op_for_every_elementwise_call(encoder, ex
         cost = ComposedStepCostModel(make_model(encoder), H100, tp, rec)
         cost.llm_step_s(((512, 1536),), 32, 32 * 800, 33)
         cost.llm_step_parts(((512, 1536),), 32, 32 * 800, 33)
-        assert set(rec.ops) == {"rotary", "add_norm", "act", "embedding", "softmax"}
+        assert set(rec.ops) == {"rotary", "add_norm", "act_gated", "embedding", "softmax"}
         rec.ops.clear()
         cost.encode_s([EncoderWork(2, 729)])
         cost.encode_parts([EncoderWork(2, 729)])

@@ -310,14 +310,16 @@ def per_op_fit(tmp_path_factory):
 
 def test_canonical_elementwise_op_names():
     c = opdata.canonical_elementwise_op
-    assert set(opdata.ELEMENTWISE_OPS) == {"norm", "add_norm", "act", "rotary", "embedding", "add", "softmax"}
+    assert set(opdata.ELEMENTWISE_OPS) == {"norm", "add_norm", "act", "act_gated", "rotary", "embedding", "add",
+                                           "softmax"}
     assert set(opdata.ELEMENTWISE_OP_DOC) == set(opdata.ELEMENTWISE_OPS)
     for op in opdata.ELEMENTWISE_OPS:
         assert c(op) == op
     for names, op in (
         (("rmsnorm", "layernorm", "input_layernorm", "post_attention_layernorm", "RMSNorm", "enc_layernorm"), "norm"),
         (("add_rmsnorm", "fused_add_rmsnorm", "fused-add-rms-norm"), "add_norm"),
-        (("silu_mul", "gelu", "mlp_act", "act", "enc_gelu", "swiglu"), "act"),
+        (("gelu", "mlp_act", "act", "enc_gelu"), "act"),
+        (("silu_mul", "swiglu", "enc_silu_mul", "gelu_and_mul"), "act_gated"),
         (("rope", "attn_rope", "rotary", "enc_rotary"), "rotary"),
         (("emb", "embedding"), "embedding"),
         (("add", "residual_add", "enc_add"), "add"),

@@ -138,12 +138,12 @@ def test_elementwise_bytes_follow_composed(fake_vidur, tmp_path):
     assert sorted(norms.vidur_op) == ["input_layernorm", "post_attention_layernorm"]
     assert set(norms.num_bytes) == {2 * act}
     assert _one(llama, op="rotary").num_bytes == 2 * 8 * (2048 + 2048) * 2  # Q and K shards, read + write
-    assert _one(llama, op="act").num_bytes == 8 * (11008 + 5504) * 2  # read gate+up shard, write ffn shard
+    assert _one(llama, op="silu_mul").num_bytes == 8 * (11008 + 5504) * 2  # read gate+up shard, write ffn shard
     assert _one(llama, op="add").num_bytes == 3 * act
     assert set(llama.hidden) == {4096}
     # phi-2 (parallel block, LayerNorm, GELU): the double add is left out
     phi = e[e.source == "microsoft/phi-2"]
-    assert _one(phi, op="act").num_bytes == 4 * (10240 + 10240) * 2
+    assert _one(phi, op="gelu").num_bytes == 4 * (10240 + 10240) * 2
     assert _one(phi, op="layernorm").num_bytes == 2 * 4 * 2560 * 2
     assert "add" not in set(phi.op)
     assert opdata.read_meta(out)["dropped_rows"]["elementwise"] == {"parallel-block add (two kernels in one timer)": 1}

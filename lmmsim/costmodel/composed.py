@@ -190,6 +190,7 @@ class ComposedStepCostModel:
         self._head_dim = llm.dim_head
         self._ffn = _ceil_div(llm.intermediate_size, tp)
         self._up_width = (2 if llm.gated_mlp else 1) * self._ffn
+        self._act_op = "act_gated" if llm.gated_mlp else "act"
         self._vocab = llm.vocab_size
         self._vocab_shard = _ceil_div(llm.vocab_size, tp)
 
@@ -344,7 +345,7 @@ class ComposedStepCostModel:
             + p.allreduce_s(act, tp)
             + p.elementwise_s(4 * act, op="add_norm")  # fused residual add + RMSNorm: read x, residual; write both
             + p.gemm_s(tokens, self._up_width, h)  # gate + up, column-parallel
-            + p.elementwise_s(tokens * (self._up_width + self._ffn) * B, op="act")  # activation (x gate): read, write
+            + p.elementwise_s(tokens * (self._up_width + self._ffn) * B, op=self._act_op)  # activation: read, write
             + p.gemm_s(tokens, h, self._ffn)  # down, row-parallel
             + p.allreduce_s(act, tp)
             + p.elementwise_s(4 * act, op="add_norm")  # fused residual add + RMSNorm before the next layer
@@ -441,7 +442,7 @@ class ComposedStepCostModel:
             + p.elementwise_s(3 * act, op="add")  # residual add
             + p.elementwise_s(2 * act, op="norm")  # pre-MLP LayerNorm
             + p.gemm_s(n, up_width, h)  # up (+ gate), column-parallel
-            + p.elementwise_s(n * (up_width + ffn) * B, op="act")  # activation
+            + p.elementwise_s(n * (up_width + ffn) * B, op="act_gated" if enc.gated_mlp else "act")  # activation
             + p.gemm_s(n, h, ffn)  # down, row-parallel
             + p.allreduce_s(act, tp)
             + p.elementwise_s(3 * act, op="add")  # residual add

@@ -64,11 +64,12 @@ FITTED_CLASSES = ("gemm", "attention_prefill", "attention_decode", "elementwise"
 
 #: Canonical elementwise kernels (the ``op`` of ``elementwise_s``) and what each moves.
 #: ``num_bytes`` follows :mod:`lmmsim.costmodel.composed` (bf16 = 2 bytes per element).
-ELEMENTWISE_OPS = ("norm", "add_norm", "act", "rotary", "embedding", "add", "softmax")
+ELEMENTWISE_OPS = ("norm", "add_norm", "act", "act_gated", "rotary", "embedding", "add", "softmax")
 ELEMENTWISE_OP_DOC = {
     "norm": "unfused RMSNorm / LayerNorm: read x, write y (2 x tokens x width x 2 B)",
     "add_norm": "fused residual add + RMSNorm (vLLM fused_add_rms_norm): read x and residual, write both (4x)",
-    "act": "activation, gated silu_mul or plain gelu: read gate|up (or up), write the ffn output",
+    "act": "plain activation (gelu): read up, write the ffn output",
+    "act_gated": "gated activation (silu_mul / gelu_and_mul): read gate|up, write the ffn output",
     "rotary": "in-place rotary embedding on Q and K: read + write of the Q and K widths",
     "embedding": "embedding row gather: read the looked-up rows, write them (2x)",
     "add": "residual (or position-embedding) add: read both operands, write the sum (3x)",
@@ -84,8 +85,9 @@ _ELEMENTWISE_ALIASES = {
         "add_norm", "add_rmsnorm", "add_rms_norm", "fused_add_rmsnorm", "fused_add_rms_norm",
         "add_layernorm", "residual_rmsnorm")},
     **{name: "act" for name in (
-        "act", "activation", "mlp_act", "silu_mul", "silu_and_mul", "swiglu", "geglu", "gelu", "gelu_tanh",
-        "gelu_new", "quick_gelu", "gelu_and_mul", "silu", "relu")},
+        "act", "activation", "mlp_act", "gelu", "gelu_tanh", "gelu_new", "quick_gelu", "silu", "relu")},
+    **{name: "act_gated" for name in (
+        "act_gated", "silu_mul", "silu_and_mul", "swiglu", "geglu", "gelu_and_mul")},
     **{name: "rotary" for name in ("rotary", "rope", "attn_rope", "rotary_emb", "rotary_embedding", "mrope")},
     **{name: "embedding" for name in ("embedding", "emb", "embed", "embed_tokens", "token_embedding")},
     **{name: "add" for name in ("add", "residual_add", "residual", "add_residual", "pos_embed_add",

@@ -210,12 +210,20 @@ def group_by_grid(cases: list[Case]) -> dict[str, list[int]]:
     return grids
 
 
-def thin(cases: list[Case], factor: float) -> list[int]:
-    """Indices of the cases kept when every grid is thinned by ``factor`` (sorted)."""
+def thin(cases: list[Case], factor: float, whole: frozenset = frozenset()) -> list[int]:
+    """Indices of the cases kept when every grid is thinned by ``factor`` (sorted);
+    grids named in ``whole`` are kept entire."""
     keep = []
-    for idx in group_by_grid(cases).values():
-        keep += [idx[j] for j in thin_indices(len(idx), factor)]
+    for grid, idx in group_by_grid(cases).items():
+        keep += idx if grid in whole else [idx[j] for j in thin_indices(len(idx), factor)]
     return sorted(keep)
+
+
+def cheap_grids(cases: list[Case], cost: list[float], budget_s: float, share: float = 0.005) -> frozenset:
+    """Grids whose whole cost is under ``share`` of the budget: thinning them saves
+    almost nothing and starves their class of points (elementwise kernels, small
+    models), so they are measured entire."""
+    return frozenset(g for g, idx in group_by_grid(cases).items() if sum(cost[i] for i in idx) <= share * budget_s)
 
 
 # -------------------------------------------------------------- case makers

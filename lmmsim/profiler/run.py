@@ -135,12 +135,16 @@ class _Planner:
         return picks
 
 
-def _choose_factor(cases: list[G.Case], cost: list[float], budget_s: float, exclude: set[int]) -> float:
-    """Largest thinning factor whose kept cases (less ``exclude``) cost <= budget (0: endpoints only)."""
-    groups = [[(i, 0.0 if i in exclude else cost[i]) for i in idx] for idx in G.group_by_grid(cases).values()]
+def _choose_factor(cases: list[G.Case], cost: list[float], budget_s: float, exclude: set[int],
+                   whole: frozenset = frozenset()) -> float:
+    """Largest thinning factor whose kept cases (less ``exclude``; grids in
+    ``whole`` entire) cost <= budget (0: endpoints only)."""
+    groups = [([(i, 0.0 if i in exclude else cost[i]) for i in idx], grid in whole)
+              for grid, idx in G.group_by_grid(cases).items()]
 
     def total(f):
-        return sum(g[j][1] for g in groups for j in G.thin_indices(len(g), f))
+        return sum(g[j][1] for g, entire in groups
+                   for j in (range(len(g)) if entire else G.thin_indices(len(g), f)))
 
     if total(1.0) <= budget_s:
         return 1.0
@@ -455,9 +459,10 @@ def profile(device: str, hardware: str, models: list, out_dir: Path, *, quick: b
             # A shape equal to an earlier one (another model, op or class) costs nothing.
             cost = [planner.wall_s(c) if first_of_key[c.key] == i else 0.0 for i, c in enumerate(cases)]
             budget = deadline - time.monotonic() - phase_est - WRITE_RESERVE_S
-            factor = _choose_factor(cases, cost, budget, probes)
-            selected = set(G.thin(cases, factor)) | probes
-            thinning.update(factor=round(factor, 4), budget_s=round(budget, 1),
+            whole = G.cheap_grids(cases, cost, budget)
+            factor = _choose_factor(cases, cost, budget, probes, whole)
+            selected = set(G.thin(cases, factor, whole)) | probes
+            thinning.update(factor=round(factor, 4), budget_s=round(budget, 1), grids_kept_whole=len(whole),
                             predicted_s=round(sum(cost[i] for i in selected - probes), 1))
 
         def todo_count(cls, ids):
@@ -489,12 +494,13 @@ def profile(device: str, hardware: str, models: list, out_dir: Path, *, quick: b
                 sub = [cases[i] for i in rest]
                 local_probes = {j for j, i in enumerate(rest) if i in probes}
                 left = deadline - time.monotonic() - phase_est - WRITE_RESERVE_S
-                f2 = _choose_factor(sub, scaled, left, local_probes)
+                f2 = _choose_factor(sub, scaled, left, local_probes, whole)
                 if f2 > factor:  # loosen with a 10% margin
-                    f2 = max(factor, _choose_factor(sub, scaled, 0.9 * left, local_probes))
+                    f2 = max(factor, _choose_factor(sub, scaled, 0.9 * left, local_probes, whole))
                 if f2 != factor:
                     factor = f2
-                    selected = (selected - set(rest)) | {rest[j] for j in G.thin(sub, f2)} | (set(rest) & probes)
+                    selected = ((selected - set(rest)) | {rest[j] for j in G.thin(sub, f2, whole)}
+                                | (set(rest) & probes))
                     thinning["replans"].append({"at_s": round(time.monotonic() - t_start, 1),
                                                 "factor": round(f2, 4), "overall_ratio": round(overall, 3)})
                     for c in classes:

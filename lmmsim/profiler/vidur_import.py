@@ -192,6 +192,8 @@ def _convert_mlp(df: pd.DataFrame, source: str, dropped: _Dropped) -> dict[str, 
             rows = pd.DataFrame({"m": m, "n": n, "k": k, **_times(df, metric), **common})
         else:
             label = "layernorm" if (op == "rmsnorm" and parallel_block) else op
+            if op == "act":  # Vidur's mlp_act: SiLU-and-mul when gated, else GELU (phi-2)
+                label = (up_width == 2 * ffn).map({True: "silu_mul", False: "gelu"})
             rows = pd.DataFrame({
                 "num_bytes": elementwise_bytes[op], **_times(df, metric), **common,
                 "op": label, "tokens": tokens, "hidden": h,
