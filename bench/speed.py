@@ -30,18 +30,20 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=10_000)
     ap.add_argument("--load", type=float, default=0.8, help="fraction of measured capacity")
     ap.add_argument("--no-fast-forward", action="store_true")
+    ap.add_argument("--cost-model", default="auto", help="hardware.cost_model: auto (the GPU's fit) or roofline")
     args = ap.parse_args()
     ff = "false" if args.no_fast_forward else "true"
+    cm = f"hardware.cost_model={args.cost_model}"
 
     # 1. capacity: 1,000 requests arriving together, throughput at saturation.
     sat, _ = load_scenario(args.scenario, ["workload.num_requests=1000", "workload.arrival.rate=100000",
-                                           f"sim.fast_forward={ff}"])
+                                           f"sim.fast_forward={ff}", cm])
     capacity = run_scenario(sat).summary["throughput"]["requests_per_s"]
     rate = args.load * capacity
 
     # 2. the timed run.
     scn, base = load_scenario(args.scenario, [f"workload.num_requests={args.requests}",
-                                              f"workload.arrival.rate={rate!r}", f"sim.fast_forward={ff}"])
+                                              f"workload.arrival.rate={rate!r}", f"sim.fast_forward={ff}", cm])
     t0 = time.perf_counter()
     run = run_scenario(scn, base)
     wall = time.perf_counter() - t0
@@ -54,7 +56,7 @@ def main() -> int:
     print(f"events: {s['sim_events']:,}; engine steps: {s['sim_steps']:,}; preemptions: {s['num_preemptions']}")
     print(f"GPU busy: {s['gpu_utilization']['mean']:.1%}; mean TTFT {s['ttft_s']['mean']:.3f} s, "
           f"mean TPOT {s['tpot_s']['mean'] * 1e3:.1f} ms")
-    print(f"peak RSS: {rss_mib:.0f} MiB")
+    print(f"peak RSS: {rss_mib:.0f} MiB; cost model: {s['cost_model']['kind']}")
     return 0
 
 
