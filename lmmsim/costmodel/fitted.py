@@ -16,7 +16,9 @@ scikit-learn is not imported.
   collectives). :attr:`FittedPredictor.derived_classes` lists them.
 * **Outside the data.** A forest is flat beyond the shapes it was fitted on,
   so a call whose features leave the fitted box is answered by the class's
-  fitted roofline instead and counted in :attr:`FittedPredictor.extrapolated`.
+  fitted roofline instead and counted in :attr:`FittedPredictor.extrapolated`
+  (GEMMs are predicted in blocks of token counts, see ``_fill_gemm_block``; those
+  calls are not counted).
 * **Elementwise kernels by op.** A fit with per-op elementwise models
   (:mod:`lmmsim.costmodel.selection`) answers ``elementwise_s(num_bytes, op)``
   with the model of ``op``'s canonical name
@@ -85,6 +87,7 @@ class FittedPredictor:
                     for c in opdata.FITTED_CLASSES}
         self._memo: dict[str, dict] = {c: {} for c in opdata.FITTED_CLASSES}
         self._gemm_memo = self._memo["gemm"]
+        self._gemm_forest = "gemm" in classes and classes["gemm"].kind == "forest"
         self._prefill_memo = self._memo["attention_prefill"]
         elementwise = classes.get("elementwise")
         per_op = elementwise.per_op if elementwise is not None else {}
@@ -177,8 +180,28 @@ class FittedPredictor:
         key = (m, n, k)
         t = self._gemm_memo.get(key)
         if t is None:
-            t = self._store(self._gemm_memo, key, self._fn["gemm"](m, n, k))
+            if self._gemm_forest:
+                self._fill_gemm_block(m, n, k)
+                t = self._gemm_memo[key]
+            else:
+                t = self._store(self._gemm_memo, key, self._fn["gemm"](m, n, k))
         return t
+
+    GEMM_BLOCK = 128
+
+    def _fill_gemm_block(self, m: int, n: int, k: int) -> None:
+        """Predict a forest GEMM for a block of token counts around ``m`` in one
+        vectorised pass: an engine asks for most token counts up to its budget
+        with the same weight shapes, and a forest's scalar evaluation in Python
+        costs tens to hundreds of microseconds."""
+        lo = (m - 1) // self.GEMM_BLOCK * self.GEMM_BLOCK + 1
+        ms = np.arange(lo, lo + self.GEMM_BLOCK)
+        memo = self._gemm_memo
+        if len(memo) + self.GEMM_BLOCK > self.MEMO_LIMIT:
+            memo.clear()
+        times = self.predict_frame("gemm", pd.DataFrame({"m": ms, "n": n, "k": k}))
+        for mm, t in zip(ms.tolist(), times.tolist()):
+            memo[(mm, n, k)] = t
 
     def attention_prefill_s(
         self, new_tokens: int, context: int, num_heads: int, num_kv_heads: int, head_dim: int, causal: bool = True
