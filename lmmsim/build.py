@@ -81,7 +81,8 @@ def make_predictor(choice: str, gpu: catalog.GpuSpec, link, base_dir: Path):
     from lmmsim.costmodel.fitted import FittedPredictor
 
     predictor = FittedPredictor(folder, gpu, link)
-    info = {"kind": "fitted", "gpu": gpu.name, "fit": str(folder),
+    shown = f"profiles/{gpu.fitted_profile}" if choice == "auto" else choice  # no machine-specific paths
+    info = {"kind": "fitted", "gpu": gpu.name, "fit": shown,
             "fallback_classes": sorted(predictor.fallback_classes)}
     return predictor, info
 

@@ -163,19 +163,47 @@ def cmd_validate(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from lmmsim.plotting.timeline import plot_timeline
-
-    source = Path(args.results)
-    trace = source / "trace.json" if source.is_dir() else source
-    if not trace.exists():
-        raise UserError("RESULTS", f"{trace} not found; run with `lmmsim run ... --trace` first")
     out = Path(args.output)
     if out.suffix not in (".png", ".pdf"):
         raise UserError("-o", f"figure must end in .png or .pdf, got {out.name!r}")
     if out.exists() and not args.force:
         raise UserError("-o", f"{out} exists; pass --force to overwrite it")
-    plot_timeline(trace, out, first_n=args.first, force=args.force)
+    source = Path(args.results)
+    if args.kind == "timeline":
+        from lmmsim.plotting.timeline import plot_timeline
+
+        trace = source / "trace.json" if source.is_dir() else source
+        if not trace.exists():
+            raise UserError("RESULTS", f"{trace} not found; run with `lmmsim run ... --trace` first")
+        plot_timeline(trace, out, first_n=args.first, force=args.force)
+    else:
+        from lmmsim.plotting.figures import KINDS, plot
+
+        if args.kind not in KINDS:
+            raise UserError("KIND", f"unknown figure {args.kind!r}; valid: 'timeline', "
+                            + ", ".join(repr(k) for k in KINDS))
+
+        if not source.exists():
+            raise UserError("RESULTS", f"{source} not found; give a sweep folder or its results.parquet")
+        options = {"x": args.x, "series": args.series, "where": args.where, "stat": args.stat,
+                   "metric": args.metric, "modality": args.modality, "normalize": args.normalize,
+                   "baseline": args.baseline, "group": args.group, "run_id": args.run_id, "bins": args.bins,
+                   "log_x": args.log_x or None}
+        plot(args.kind, source, out, force=args.force, **{k: v for k, v in options.items() if v is not None})
     print(f"wrote {out}")
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    from lmmsim.sweep.runner import run_sweep
+
+    sweep = Path(args.sweep)
+    if not sweep.exists():
+        raise UserError(str(sweep), "sweep file not found")
+    frame = run_sweep(sweep, Path(args.output), jobs=args.jobs, executor=args.executor, address=args.address,
+                      retry_failed=args.retry_failed, progress=not args.quiet)
+    failed = int((frame["status"] != "ok").sum()) if "status" in frame else 0
+    print(f"{len(frame)} runs ({failed} failed); results in {Path(args.output) / 'results.parquet'}")
     return 0
 
 
@@ -383,14 +411,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_workload)
 
     p = sub.add_parser("plot", help="draw a figure from saved results",
-                       description="Figures from saved results. KIND 'timeline': a Gantt chart of the first "
-                                   "requests' steps on every worker, from a run made with --trace.")
-    p.add_argument("kind", choices=("timeline",))
-    p.add_argument("results", metavar="RESULTS", help="results directory (or its trace.json)")
+                       description="Paper-style figures from saved results: KIND timeline (a run made with "
+                                   "--trace) or ttft-vs-rate, throughput-vs-rate, slo-attainment-vs-rate, "
+                                   "goodput-vs-slo-scale, pareto, cdf, bars, utilization (a sweep folder).")
+    p.add_argument("kind", metavar="KIND")
+    p.add_argument("results", metavar="RESULTS", help="results directory (a run's, or a sweep's), or its file")
     p.add_argument("-o", "--output", required=True, help="figure file (.png or .pdf)")
     p.add_argument("--first", type=int, default=4, help="timeline: colour the first N requests (default 4)")
+    p.add_argument("--x", help="column on the x axis (default: workload.arrival.rate)")
+    p.add_argument("--series", help="column that makes one line per value (default: system)")
+    p.add_argument("--where", action="append", metavar="KEY=VALUE", help="keep only runs matching (repeatable)")
+    p.add_argument("--stat", help="latency statistic: mean, p50, p90, p95, p99, max")
+    p.add_argument("--metric", help="column to plot (bars, throughput-vs-rate, cdf)")
+    p.add_argument("--modality", help="per-modality latency / SLO (text, image, video, audio)")
+    p.add_argument("--normalize", help="pareto: x, overall or none")
+    p.add_argument("--baseline", help="pareto: series to normalise by")
+    p.add_argument("--group", help="bars: column for grouped bars")
+    p.add_argument("--run-id", dest="run_id", help="utilization: which run")
+    p.add_argument("--bins", type=int, help="utilization: time bins")
+    p.add_argument("--log-x", dest="log_x", action="store_true", help="cdf: log x axis")
     p.add_argument("--force", action="store_true", help="overwrite an existing figure")
     p.set_defaults(func=cmd_plot)
+
+    p = sub.add_parser("sweep", help="run a scenario over a grid / zip / random set of key values",
+                       description="Run every point of a sweep YAML (base scenario + axes + repeats); each run "
+                                   "lands in OUT/runs/<hash>/, one row per run in OUT/results.parquet. "
+                                   "Rerunning skips finished runs.")
+    p.add_argument("sweep", metavar="SWEEP", help="sweep YAML")
+    p.add_argument("-o", "--output", required=True, help="sweep folder")
+    p.add_argument("--jobs", type=int, help="local worker processes (default: CPU count)")
+    p.add_argument("--executor", choices=("local", "dask"), default="local")
+    p.add_argument("--address", help="dask scheduler address, e.g. tcp://host:8786")
+    p.add_argument("--retry-failed", action="store_true", help="run again the points that failed before")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("profile", help="time a model's operators on this machine's CPU or GPU (needs torch)",
                        description="Build the models' real layer shapes with random weights and time every "

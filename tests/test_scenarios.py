@@ -9,7 +9,9 @@ import pytest
 from lmmsim.results import run_scenario
 from lmmsim.scenario import load_scenario
 
-SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").rglob("*.yaml"))
+ROOT = Path(__file__).resolve().parent.parent / "scenarios"
+SCENARIOS = sorted(p for p in ROOT.rglob("*.yaml") if "sweeps" not in p.parts)
+SWEEPS = sorted((ROOT / "sweeps").glob("*.yaml"))
 
 
 def test_scenarios_exist():
@@ -33,3 +35,11 @@ def test_scenario_runs(path):
     for pool in s["deployment"]["pools"].values():
         for peak in pool.get("peak_kv_blocks_used", []):
             assert peak <= pool["kv_blocks_per_worker"]
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.stem)
+def test_sweep_files_expand_to_valid_scenarios(path):
+    from lmmsim.sweep import expand, load_sweep
+
+    points = expand(load_sweep(path))
+    assert len(points) == 20

@@ -1,0 +1,154 @@
+"""Where sweep runs execute: ``local`` (in-process or a process pool) or ``dask``.
+
+The worker function :func:`run_one` takes plain data (the resolved scenario
+YAML text and paths) and returns a small status dict; it writes the run
+contract into its run dir itself, so nothing large travels back. With dask,
+``out`` must be on a filesystem every worker sees.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+from typing import Callable, Iterable
+
+import yaml
+
+from lmmsim.errors import UserError
+
+DONE = "done.json"
+ERROR = "error.json"
+
+
+def write_json_atomic(path: Path, data) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(data, indent=2, default=str) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def record_failure(run_dir: Path, task: dict, message: str, tb: str) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / DONE).unlink(missing_ok=True)
+    write_json_atomic(run_dir / ERROR, {"message": message, "traceback": tb, **task["meta"]})
+
+
+def run_one(task: dict) -> dict:
+    """Simulate one resolved scenario into ``task['run_dir']``; never raises.
+
+    ``task``: ``scenario_yaml`` (resolved), ``base_dir``, ``run_dir``, ``run_id``,
+    ``meta`` (swept values, repeat, seed: written into done.json / error.json).
+    """
+    from lmmsim.results import run_scenario, write_results
+    from lmmsim.scenario import validate_scenario
+
+    run_dir = Path(task["run_dir"])
+    start = time.perf_counter()
+    try:
+        scn = validate_scenario(yaml.safe_load(task["scenario_yaml"]))
+        run = run_scenario(scn, Path(task["base_dir"]))
+        # write_results writes a temp dir and renames it over run_dir (dropping a stale error.json)
+        write_results(run, scn, run_dir, force=True)
+        write_json_atomic(run_dir / DONE, {**task["meta"], "run_id": task["run_id"],
+                                           "wall_s": time.perf_counter() - start})
+        return {"run_id": task["run_id"], "status": "ok", "error": None}
+    except Exception as exc:  # noqa: BLE001 - a failed run must not stop the sweep
+        message = f"{type(exc).__name__}: {exc}"
+        try:
+            if run_dir.exists() and not (run_dir / DONE).exists():
+                shutil.rmtree(run_dir, ignore_errors=True)  # no half-written contract left behind
+            record_failure(run_dir, task, message, traceback.format_exc())
+        except OSError:
+            pass
+        return {"run_id": task["run_id"], "status": "failed", "error": message}
+
+
+def _failed(task: dict, exc: BaseException) -> dict:
+    """A task whose worker died (not an exception inside the run)."""
+    message = f"{type(exc).__name__}: {exc}"
+    record_failure(Path(task["run_dir"]), task, message,
+                   "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+    return {"run_id": task["run_id"], "status": "failed", "error": message}
+
+
+def execute(tasks: list[dict], *, executor: str = "local", jobs: int | None = None,
+            address: str | None = None, on_done: Callable[[dict], None] = lambda s: None,
+            on_start: Callable[[], None] = lambda: None) -> list[dict]:
+    """Run ``tasks`` with ``run_one``; ``on_start()`` once every task is submitted (worker
+    processes are forked by then, so a progress thread started there is not inherited),
+    ``on_done(status)`` after each. Returns the statuses."""
+    if executor not in ("local", "dask"):
+        raise UserError("--executor", f"unknown executor {executor!r}; valid: 'dask', 'local'")
+    if not tasks:
+        on_start()
+        return []
+    if executor == "local":
+        return _local(tasks, jobs, on_done, on_start)
+    return _dask(tasks, jobs, address, on_done, on_start)
+
+
+def _collect(pairs: Iterable, on_done) -> list[dict]:
+    out = []
+    for task, get in pairs:
+        try:
+            status = get()
+        except Exception as exc:  # noqa: BLE001 - e.g. BrokenProcessPool, a dask worker lost
+            status = _failed(task, exc)
+        out.append(status)
+        on_done(status)
+    return out
+
+
+def _local(tasks, jobs, on_done, on_start):
+    if jobs is not None and jobs < 1:
+        raise UserError("--jobs", f"must be >= 1 (got {jobs})")
+    workers = min(jobs or os.cpu_count() or 1, len(tasks))
+    if workers == 1:
+        on_start()
+        return _collect(((t, lambda t=t: run_one(t)) for t in tasks), on_done)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(run_one, t): t for t in tasks}
+        on_start()
+        try:
+            return _collect(((futures[f], f.result) for f in as_completed(futures)), on_done)
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+
+
+def _dask(tasks, jobs, address, on_done, on_start):
+    try:
+        from dask.distributed import Client, LocalCluster
+        from dask.distributed import as_completed as dask_as_completed
+    except ImportError:
+        raise UserError("--executor", "dask is not installed; pip install 'lmmsim[dask]'") from None
+    cluster = None
+    if address is None:
+        cluster = LocalCluster(n_workers=jobs or os.cpu_count() or 1, threads_per_worker=1,
+                               processes=True, dashboard_address=None)
+        address = cluster.scheduler_address
+    try:
+        with Client(address) as client:
+            futures = {}
+            for t in tasks:
+                futures[client.submit(run_one, t, pure=False)] = t
+            on_start()
+            try:
+                return _collect(((futures[f], f.result) for f in dask_as_completed(list(futures))), on_done)
+            except BaseException:
+                client.cancel(list(futures))
+                raise
+    finally:
+        if cluster is not None:
+            cluster.close()
