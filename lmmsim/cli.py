@@ -207,6 +207,17 @@ def cmd_sweep(args) -> int:
     return 0
 
 
+def cmd_reproduce(args) -> int:
+    from lmmsim.reproduce import reproduce
+
+    out = Path(args.output)
+    _fresh_dir(out, args.force)
+    report = reproduce(args.paper, out, quick=args.quick, jobs=args.jobs)
+    print(report.read_text())
+    print(f"figures and report in {out}/")
+    return 0
+
+
 def cmd_workload(args) -> int:
     from lmmsim import catalog
     from lmmsim.scenario import load_scenario
@@ -445,6 +456,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retry-failed", action="store_true", help="run again the points that failed before")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("reproduce", help="rerun a seed paper's figures and compare its headline claims")
+    p.add_argument("paper", metavar="PAPER", help="rps (more come with the policy work)")
+    p.add_argument("-o", "--output", required=True, help="folder for sweeps, figures and REPORT.md")
+    p.add_argument("--quick", action="store_true", help="fewer requests per run")
+    p.add_argument("--jobs", type=int, help="local worker processes")
+    p.add_argument("--force", action="store_true", help="reuse an existing output folder")
+    p.set_defaults(func=cmd_reproduce)
 
     p = sub.add_parser("profile", help="time a model's operators on this machine's CPU or GPU (needs torch)",
                        description="Build the models' real layer shapes with random weights and time every "

@@ -227,3 +227,15 @@ def test_missing_column_and_results(sweep, tmp_path):
     assert err.value.key == "RESULTS"
     with pytest.raises(UserError, match="policy.nope"):
         make_figure("bars", _frame(sweep), series="policy.nope")
+
+
+def test_reproduce_rps_quick_writes_figures_and_report(tmp_path):
+    from lmmsim.reproduce import reproduce
+
+    report = reproduce("rps", tmp_path / "rep", quick=True, jobs=1)
+    text = report.read_text()
+    assert text.count("| fig4 |") == 4  # one row per headline claim
+    for name in ("fig4-pareto.png", "fig4-bars.png"):
+        assert (tmp_path / "rep" / name).stat().st_size > 1000
+    with pytest.raises(UserError):
+        reproduce("nope", tmp_path / "x")
