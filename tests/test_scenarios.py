@@ -10,8 +10,9 @@ from lmmsim.results import run_scenario
 from lmmsim.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent / "scenarios"
-SCENARIOS = sorted(p for p in ROOT.rglob("*.yaml") if "sweeps" not in p.parts)
-SWEEPS = sorted((ROOT / "sweeps").glob("*.yaml"))
+SWEEP_FOLDERS = ("sweeps", "reproduce")  # sweep files, not scenarios
+SCENARIOS = sorted(p for p in ROOT.rglob("*.yaml") if not set(SWEEP_FOLDERS) & set(p.parts))
+SWEEPS = sorted(p for folder in SWEEP_FOLDERS for p in (ROOT / folder).rglob("*.yaml"))
 
 
 def test_scenarios_exist():
@@ -42,4 +43,4 @@ def test_sweep_files_expand_to_valid_scenarios(path):
     from lmmsim.sweep import expand, load_sweep
 
     points = expand(load_sweep(path))
-    assert len(points) == 20
+    assert len(points) == {"rate-vllm-vs-vllm-pp": 20, "fig4": 4}[path.stem]
