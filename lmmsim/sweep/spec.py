@@ -50,8 +50,9 @@ def _check_keys(params: dict) -> None:
             raise ValueError(f"bad dotted key {key!r}")
 
 
-class GridAxis(_Strict):
-    kind: Literal["grid"] = "grid"
+class _ListAxis(_Strict):
+    """An axis listing values per key; every list needs at least one value."""
+
     params: dict[str, list[Any]]
 
     @model_validator(mode="after")
@@ -64,25 +65,23 @@ class GridAxis(_Strict):
                 raise ValueError(f"{key}: needs at least one value")
         return self
 
+
+class GridAxis(_ListAxis):
+    kind: Literal["grid"] = "grid"
+
     def values(self) -> list[dict]:
         keys = list(self.params)
         return [dict(zip(keys, combo)) for combo in itertools.product(*self.params.values())]
 
 
-class ZipAxis(_Strict):
+class ZipAxis(_ListAxis):
     kind: Literal["zip"] = "zip"
-    params: dict[str, list[Any]]
 
     @model_validator(mode="after")
-    def _check(self):
-        _check_keys(self.params)
-        if not self.params:
-            raise ValueError("params must name at least one key")
+    def _equal_lengths(self):
         lengths = {key: len(v) for key, v in self.params.items()}
         if len(set(lengths.values())) != 1:
             raise ValueError(f"zip lists must have equal lengths, got {lengths}")
-        if 0 in lengths.values():
-            raise ValueError("zip lists need at least one value")
         return self
 
     def values(self) -> list[dict]:
