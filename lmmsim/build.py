@@ -21,6 +21,7 @@ from lmmsim.engine.gpu_share import SharedGpu
 from lmmsim.engine.kv_cache import BlockPool
 from lmmsim.engine.pipeline import PipelineEngine
 from lmmsim.engine.replica import Replica
+from lmmsim.engine.schedulable_tokens import SchedulableTokenScheduler
 from lmmsim.engine.scheduler import ContinuousBatchingScheduler
 from lmmsim.engine.simulation import Simulation
 from lmmsim.engine.steplog import StepLog, StepRecord
@@ -172,7 +173,10 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
         pool = pools[pool_name]
         ids = placement[pool_name][index]
         name = _worker_name(pool_name, index, monolithic)
-        scheduler = ContinuousBatchingScheduler(
+        scheduler_cls, extra = ContinuousBatchingScheduler, {}
+        if batching.kind == "schedulable_tokens":
+            scheduler_cls, extra = SchedulableTokenScheduler, {"inter_request": batching.inter_request}
+        scheduler = scheduler_cls(
             queue=policies.create("queue", scn.policy.queue),
             pool=BlockPool(memory[pool_name].num_blocks, dep.block_size),
             token_budget=batching.token_budget,
@@ -182,7 +186,8 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
             media=media,
             prefill_only=prefill_only,
             prefill_throttle=(batching.min_prefill_tokens, batching.token_budget)
-            if batching.kind == "token_throttling" else None,
+            if batching.kind == "token_throttling" or getattr(batching, "token_throttling", False) else None,
+            **extra,
         )
         cost = costs[pool_name]
         if pool.pp == 1:

@@ -212,7 +212,7 @@ def cmd_reproduce(args) -> int:
 
     out = Path(args.output)
     _fresh_dir(out, args.force)
-    report = reproduce(args.paper, out, quick=args.quick, jobs=args.jobs)
+    report = reproduce(args.paper, out, quick=args.quick, jobs=args.jobs, figures=args.figures)
     print(report.read_text())
     print(f"figures and report in {out}/")
     return 0
@@ -458,7 +458,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("reproduce", help="rerun a seed paper's figures and compare its headline claims")
-    p.add_argument("paper", metavar="PAPER", help="rps (more come with the policy work)")
+    p.add_argument("paper", metavar="PAPER", help="rps or rserve")
+    p.add_argument("--figures", nargs="+", metavar="NAME", help="only these figures (e.g. fig17 fig20)")
     p.add_argument("-o", "--output", required=True, help="folder for sweeps, figures and REPORT.md")
     p.add_argument("--quick", action="store_true", help="fewer requests per run")
     p.add_argument("--jobs", type=int, help="local worker processes")

@@ -79,7 +79,23 @@ class TokenThrottlingConfig(ChunkedPrefillConfig):
     min_prefill_tokens: PositiveInt = 256
 
 
-BatchingConfig = Annotated[Union[ChunkedPrefillConfig, TokenThrottlingConfig], Field(discriminator="kind")]
+class SchedulableTokensConfig(TokenThrottlingConfig):
+    """RServe's token scheduling (rserve.txt Algorithm 2): each micro-batch takes
+    the schedulable tokens (embedding ready, all earlier tokens scheduled) of
+    the queued requests in order, up to ``token_budget``; a request whose next
+    embedding is missing is passed over instead of blocking the queue.
+    ``inter_request: false`` is RServe-intra: one request's prefill per batch.
+    ``token_throttling: true`` caps each micro-batch at gLLM's Token Throttling
+    share (RServe is built on gLLM; the paper's Algorithm 2 uses a fixed B, our
+    default)."""
+
+    kind: Literal["schedulable_tokens"] = "schedulable_tokens"
+    inter_request: bool = True
+    token_throttling: bool = False
+
+
+BatchingConfig = Annotated[Union[ChunkedPrefillConfig, TokenThrottlingConfig, SchedulableTokensConfig],
+                           Field(discriminator="kind")]
 
 
 @functools.lru_cache(maxsize=1)

@@ -141,3 +141,45 @@ register_system(SystemPreset(
            "decode the largest power of two of what remains (override with deployment.*).",
            "KV transfer = prompt tokens x KV bytes per token over the prefill worker's links."),
 ))
+
+
+def _rserve(inter_request: bool):
+    def defaults(n: int) -> dict:
+        return {
+            "deployment": {"kind": "e_pd",
+                           "encoder": {"workers": 1, "tp": 1,
+                                       "dispatch": {"kind": "embedding_batch", "embedding_batch_tokens": 1024}},
+                           "llm": {"tp": 1, "pp": max(1, n - 1), "chunk_pipelining": True},
+                           "admission": "streaming"},
+            "policy": {**_FCFS, "batching": {"kind": "schedulable_tokens", "inter_request": inter_request}},
+        }
+    return defaults
+
+
+_RSERVE_NOTES = (
+    "One encoder GPU; the rest one PP pipeline with CPP (PP4 + E1 on 5 GPUs). For TP set "
+    "deployment.llm: {tp: 4, pp: 1}; for one LLM GPU use hardware.count: 2.",
+    "Knobs: deployment.encoder.dispatch.embedding_batch_tokens (C; null in the scenario file = whole "
+    "request, while --set ...=null restores the preset's 1024) and policy.batching.token_budget (B); "
+    "policy.batching.token_throttling: true sizes each micro-batch with gLLM's Token Throttling instead of B.",
+    "Embeddings of each encoder batch travel as one transfer; positions are released as prefill computes them.",
+    "A preempted request keeps its embeddings (no re-encode).",
+)
+
+register_system(SystemPreset(
+    name="rserve",
+    summary="E + PD with streamed encoder batches (Algorithm 1), an embedding tracker and schedulable-token "
+            "batching across requests (Algorithm 2), PP + CPP",
+    reference="Guo et al., RServe: Overlapping Encoding and Prefill for Efficient LMM Inference "
+              "(rserve.txt section 3)",
+    defaults=_rserve(True),
+    notes=_RSERVE_NOTES,
+))
+
+register_system(SystemPreset(
+    name="rserve-intra",
+    summary="RServe without the inter-request pipeline: one request's prefill tokens per micro-batch",
+    reference="RServe-intra ablation (rserve.txt section 4.3.2)",
+    defaults=_rserve(False),
+    notes=_RSERVE_NOTES,
+))

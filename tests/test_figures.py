@@ -239,3 +239,17 @@ def test_reproduce_rps_quick_writes_figures_and_report(tmp_path):
         assert (tmp_path / "rep" / name).stat().st_size > 1000
     with pytest.raises(UserError):
         reproduce("nope", tmp_path / "x")
+
+
+def test_reproduce_rserve_one_figure_reports_its_claims(tmp_path):
+    from lmmsim.reproduce import reproduce
+
+    report = reproduce("rserve", tmp_path / "rep", quick=True, jobs=1, figures=["fig16-high"])
+    lines = [line for line in report.read_text().splitlines() if line.startswith("| fig16-high |")]
+    assert len(lines) == 3
+    for line in lines:  # numbers filled in, never NaN
+        cells = [c.strip() for c in line.split("|")]
+        assert cells[4] not in ("nan", "")
+    assert (tmp_path / "rep" / "fig16-high-ttft-vs-rate.png").stat().st_size > 1000
+    with pytest.raises(UserError, match="fig99"):
+        reproduce("rserve", tmp_path / "x", figures=["fig99"])

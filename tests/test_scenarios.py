@@ -10,9 +10,16 @@ from lmmsim.results import run_scenario
 from lmmsim.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent / "scenarios"
-SWEEP_FOLDERS = ("sweeps", "reproduce")  # sweep files, not scenarios
-SCENARIOS = sorted(p for p in ROOT.rglob("*.yaml") if not set(SWEEP_FOLDERS) & set(p.parts))
-SWEEPS = sorted(p for folder in SWEEP_FOLDERS for p in (ROOT / folder).rglob("*.yaml"))
+
+
+def _is_sweep(path: Path) -> bool:
+    return any(line.startswith("axes:") for line in path.read_text().splitlines())
+
+
+SCENARIOS = sorted(p for p in ROOT.rglob("*.yaml") if not _is_sweep(p))
+SWEEPS = sorted(p for p in ROOT.rglob("*.yaml") if _is_sweep(p))
+SWEEP_SIZES = {"rate-vllm-vs-vllm-pp": 20, "fig4": 4, "fig12-1k": 45, "fig12-2k": 45, "fig16-high": 7,
+               "fig16-low": 7, "fig17": 12, "fig18-1k": 18, "fig18-2k": 18, "fig20": 14}
 
 
 def test_scenarios_exist():
@@ -43,4 +50,4 @@ def test_sweep_files_expand_to_valid_scenarios(path):
     from lmmsim.sweep import expand, load_sweep
 
     points = expand(load_sweep(path))
-    assert len(points) == {"rate-vllm-vs-vllm-pp": 20, "fig4": 4}[path.stem]
+    assert len(points) == SWEEP_SIZES[path.stem]

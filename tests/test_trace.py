@@ -71,13 +71,16 @@ def test_round_trip_keeps_zero_text_and_awkward_floats(tmp_path):
         assert read_trace(tmp_path / f"t{suffix}", MODEL) == reqs
 
 
-def test_write_rejects_interleaved_prompt(tmp_path):
+def test_write_keeps_interleaved_and_rejects_other_layouts(tmp_path):
     image = read_trace(write(tmp_path / "one.jsonl", json.dumps(
         {"timestamp": 0, "text_tokens": 0, "output_tokens": 1,
          "media": [{"type": "image", "width": 28, "height": 28}]}) + "\n"), MODEL)[0].segments[0].item
-    req = Request(0, 0.0, "image", "x", build_segments([5, image, 5]), 3)
-    with pytest.raises(ValueError, match="interleaves"):
-        write_trace([req], tmp_path / "out.jsonl")
+    even = Request(0, 0.0, "image", "x", build_segments([5, image, 5]), 3)  # the interleaved layout
+    write_trace([even], tmp_path / "even.jsonl")
+    assert read_trace(tmp_path / "even.jsonl", MODEL)[0].segments == even.segments
+    uneven = Request(0, 0.0, "image", "x", build_segments([5, image, 1]), 3)
+    with pytest.raises(ValueError, match="none of media_first, text_first, interleaved"):
+        write_trace([uneven], tmp_path / "out.jsonl")
 
 
 # ------------------------------------------------------ hand-written traces

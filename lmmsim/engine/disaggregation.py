@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from lmmsim.engine.embedding_tracker import EmbeddingTracker
 from lmmsim.engine.links import Link, Sender
 from lmmsim.policies.encode_dispatch import EncodeItem
 
@@ -68,47 +69,51 @@ class ByteBudget:
 
 
 class EmbeddingInbox:
-    """Embeddings arriving at one LLM worker."""
+    """Embeddings arriving at one LLM worker: an :class:`EmbeddingTracker` per
+    request with media, and the receiver memory (:class:`ByteBudget`) they hold."""
 
     def __init__(self, env, engine, buffer_bytes: float, bytes_per_token: float, admit_when_complete: bool):
         self.engine = engine
         self.buffer = ByteBudget(env, buffer_bytes)
         self.bytes_per_token = bytes_per_token
         self.admit_when_complete = admit_when_complete
-        self._arrived: dict[int, set[int]] = {}  # request id -> media indices arrived
-        self._consumed: dict[int, int] = {}  # request id -> media items released
+        self.trackers: dict[int, EmbeddingTracker] = {}  # request id -> its tracker, until all is consumed
+
+    def tracker(self, seq) -> EmbeddingTracker:
+        rid = seq.request.request_id
+        tracker = self.trackers.get(rid)
+        if tracker is None:
+            req = seq.request
+            tracker = self.trackers[rid] = EmbeddingTracker(req.media_segments, req.num_prompt_tokens,
+                                                            self.bytes_per_token)
+        return tracker
 
     def deliver(self, seq, indices: list[int]) -> None:
-        rid = seq.request.request_id
-        got = self._arrived.setdefault(rid, set())
-        got.update(indices)
-        ready = seq.media_ready
-        while ready in got:
-            ready += 1
-        if ready > seq.media_ready:
-            self.engine.scheduler.media_arrived(seq, ready - seq.media_ready)
-        if ready == len(seq.request.media_segments):
-            del self._arrived[rid]
-            if self.admit_when_complete:
-                self.engine.submit(seq)
-                return
+        tracker = self.tracker(seq)
+        joined = tracker.mark_ready(indices)
+        if joined:
+            self.engine.scheduler.media_arrived(seq, joined)
+        if tracker.complete and self.admit_when_complete:
+            self.engine.submit(seq)
+            return
         self.engine.notify()
 
     def consume(self, seq) -> None:
-        """Free the embeddings of media items whose positions are all computed."""
+        """Free the embeddings of positions prefill has computed."""
         rid = seq.request.request_id
-        media = seq.request.media_segments
-        done = self._consumed.get(rid, 0)
-        freed = 0
-        while done < len(media) and media[done].end <= seq.num_computed:
-            freed += media[done].length
-            done += 1
+        tracker = self.trackers.get(rid)
+        if tracker is None:
+            return
+        freed = tracker.release_computed(seq.num_computed)
         if freed:
             self.buffer.release(freed * self.bytes_per_token)
-        if done == len(media):
-            self._consumed.pop(rid, None)
-        else:
-            self._consumed[rid] = done
+        if tracker.complete and not tracker.held_tokens and seq.num_computed >= seq.request.num_prompt_tokens:
+            del self.trackers[rid]
+
+    @property
+    def held_bytes(self) -> float:
+        """Embedding memory arrived and not yet consumed by prefill."""
+        return sum(t.held_bytes for t in self.trackers.values())
 
 
 class DisaggregatedFrontend:

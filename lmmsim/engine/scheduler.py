@@ -161,6 +161,8 @@ class ContinuousBatchingScheduler:
         self.num_decoding = 0
         self.num_preemptions = 0
         self._fit = self._fit_local if media == "local" else self._fit_remote
+        # Most requests whose prefill tokens one batch may carry (None: any).
+        self.max_prefill_requests: int | None = None
 
     # ------------------------------------------------------------------ queries
     @property
@@ -326,62 +328,93 @@ class ContinuousBatchingScheduler:
             plan.num_sampled = plan.num_decodes
             budget -= plan.num_decodes
 
-        # 2. running prefills not in flight, admission order.
+        self._schedule_prefills(plan, budget, enc_left)
+        plan.num_tokens = sum(n for _, n, _ in plan.chunks) + plan.num_decodes
+        return plan
+
+    def _schedule_prefills(self, plan: StepPlan, budget: int, enc_left: int) -> None:
+        """Steps 2 and 3: running prefills, then (vLLM: not in a step that
+        preempted) waiting requests."""
+        budget, enc_left, taken = self._schedule_running(plan, budget, enc_left)
+        if not plan.preempted:
+            self._schedule_waiting(plan, budget, enc_left, taken)
+
+    def _schedule_running(self, plan: StepPlan, budget: int, enc_left: int) -> tuple[int, int, int]:
+        """Running prefills not in flight, in admission order; one whose next
+        embedding is missing is passed over. Returns what is left of the token
+        and encoder budgets, and how many requests got tokens."""
+        prefilling = self.prefilling
+        limit = self.max_prefill_requests
+        taken = 0
         i = 0
-        while i < len(self.prefilling) and budget > 0:
-            seq = self.prefilling[i]
+        while i < len(prefilling) and budget > 0 and taken != limit:  # preemption shortens the list's tail
+            seq = prefilling[i]
+            i += 1
             if seq.busy:
-                i += 1
                 continue
             items: list = []
             n, used = self._fit(seq, min(seq.num_tokens - seq.num_scheduled, budget), enc_left, items)
             if n <= 0:
-                i += 1
                 continue
-            extra = blocks_for(seq.num_scheduled + n, self.block_size) - seq.num_blocks
-            # Victims come from the idle prefill tail only: decodes already hold
-            # their place in this batch, and work in flight cannot be recalled.
-            while extra > pool.num_free:
-                victim = self._newest_idle_prefill()
-                if victim is None:
-                    break
-                self._preempt(victim, plan)
-                if victim is seq:
-                    break
-            if seq.status == "waiting" or extra > pool.num_free:  # nothing more fits
+            if not self._grow(seq, n, plan):  # nothing more fits
                 break
-            pool.allocate(extra)
-            seq.num_blocks += extra
             self._add_chunk(plan, seq, n, items)
             budget -= n
             enc_left -= used
-            i += 1
+            taken += 1
+        return budget, enc_left, taken
 
-        # 3. admit waiting requests (vLLM: not in a step that preempted).
-        if not plan.preempted:
-            queue = self.queue
-            while budget > 0 and len(queue) and self.num_running < self.max_running:
-                seq = queue.peek()
-                items = []
-                n, used = self._fit(seq, min(seq.num_tokens - seq.num_scheduled, budget), enc_left, items)
-                if n <= 0:
-                    break
-                blocks = blocks_for(n, self.block_size)
-                if blocks > pool.num_free:
-                    break
-                queue.pop()
-                pool.allocate(blocks)
-                seq.num_blocks = blocks
-                seq.admit_order = self._admit_counter
-                self._admit_counter += 1
-                seq.status = "running"
-                self.prefilling.append(seq)
-                self._add_chunk(plan, seq, n, items)
-                budget -= n
-                enc_left -= used
+    def _schedule_waiting(self, plan: StepPlan, budget: int, enc_left: int, taken: int) -> None:
+        """Waiting requests in queue order; the first that cannot start (no
+        tokens it may prefill yet, or no KV blocks) blocks the rest."""
+        queue = self.queue
+        while budget > 0 and len(queue) and self.num_running < self.max_running:
+            seq = queue.peek()
+            items: list = []
+            n, used = self._fit(seq, min(seq.num_tokens - seq.num_scheduled, budget), enc_left, items)
+            if n <= 0 or not self._admit(seq, n, plan, items):
+                break
+            queue.pop()
+            budget -= n
+            enc_left -= used
 
-        plan.num_tokens = sum(n for _, n, _ in plan.chunks) + plan.num_decodes
-        return plan
+    def _grow(self, seq: SeqState, n: int, plan: StepPlan) -> bool:
+        """Allocate the KV blocks a running prefill's next ``n`` tokens need.
+
+        Victims come from the idle prefill tail only: decodes already hold
+        their place in this batch, and work in flight cannot be recalled.
+        False (nothing allocated) if the blocks cannot be found or ``seq``
+        itself was the victim.
+        """
+        pool = self.pool
+        extra = blocks_for(seq.num_scheduled + n, self.block_size) - seq.num_blocks
+        while extra > pool.num_free:
+            victim = self._newest_idle_prefill()
+            if victim is None:
+                break
+            self._preempt(victim, plan)
+            if victim is seq:
+                break
+        if seq.status == "waiting" or extra > pool.num_free:
+            return False
+        pool.allocate(extra)
+        seq.num_blocks += extra
+        return True
+
+    def _admit(self, seq: SeqState, n: int, plan: StepPlan, items: list) -> bool:
+        """Start a waiting request with a first chunk of ``n`` tokens, if its KV blocks
+        fit (no preemption for admissions). The caller removes it from the queue."""
+        blocks = blocks_for(n, self.block_size)
+        if blocks > self.pool.num_free:
+            return False
+        self.pool.allocate(blocks)
+        seq.num_blocks = blocks
+        seq.admit_order = self._admit_counter
+        self._admit_counter += 1
+        seq.status = "running"
+        self.prefilling.append(seq)
+        self._add_chunk(plan, seq, n, items)
+        return True
 
     def _throttled_prefill_tokens(self) -> int:
         """Pending prefill tokens spread over the pipeline slots, within (min, max)."""

@@ -69,6 +69,7 @@ KINDS: dict[str, str] = {
 _X_LABELS = {
     "workload.arrival.rate": "request rate (req/s)",
     "slo_scale": "SLO scale (×)",
+    "deployment.encoder.dispatch.embedding_batch_tokens": "embedding batch size C (tokens)",
 }
 _METRIC_LABELS = {
     "ttft_s": "TTFT (s)",

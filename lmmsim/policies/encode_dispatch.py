@@ -57,11 +57,20 @@ class PerRequestDispatcher(EncodeDispatcher):
         pass
 
     def select(self, queue: deque, now: float):
-        head = queue.popleft()
-        batch = [head]
-        while queue and queue[0].seq is head.seq:
-            batch.append(queue.popleft())
-        return batch, None
+        return take_head_request(queue, None), None
+
+
+def take_head_request(queue: deque, min_tokens: int | None) -> list:
+    """Pop the head item and the head request's items after it, stopping once
+    the batch holds ``min_tokens`` LLM tokens (None: all of them)."""
+    head = queue.popleft()
+    batch = [head]
+    tokens = head.num_llm_tokens
+    while queue and queue[0].seq is head.seq and (min_tokens is None or tokens < min_tokens):
+        item = queue.popleft()
+        batch.append(item)
+        tokens += item.num_llm_tokens
+    return batch
 
 
 class FixedBatchConfig(_Config):
@@ -101,3 +110,35 @@ class FixedBatchDispatcher(EncodeDispatcher):
             batch.append(queue.popleft())
             tokens += nxt
         return batch, None
+
+
+class EmbeddingBatchConfig(_Config):
+    kind: Literal["embedding_batch"] = "embedding_batch"
+    # RServe's embedding batch size C, in LLM (multimodal) tokens; null: all of
+    # a request's items in one batch.
+    embedding_batch_tokens: PositiveInt | None = 1024
+
+
+@register("encode_dispatch", EmbeddingBatchConfig,
+          "RServe Algorithm 1: one request at a time, its items in batches of >= C tokens")
+class EmbeddingBatchDispatcher(EncodeDispatcher):
+    """RServe's encoder scheduling (rserve.txt Algorithm 1).
+
+    Requests are served first come, first served, one at a time. Walking the
+    request's media items in prompt order, items join a buffer until it holds
+    at least C tokens; the buffer is then encoded as one batch (items are
+    indivisible, so a batch may exceed C) and its embeddings leave at once.
+    What is left at the end of the request is the last batch. Batches never
+    mix requests.
+
+    The worker's queue holds a request's items contiguously and in prompt
+    order (the front end submits them so), so the next batch is a prefix of
+    the queue's run of head-request items.
+    """
+
+    def __init__(self, config: EmbeddingBatchConfig | None = None):
+        config = config or EmbeddingBatchConfig()
+        self.min_tokens = config.embedding_batch_tokens
+
+    def select(self, queue: deque, now: float):
+        return take_head_request(queue, self.min_tokens), None

@@ -90,7 +90,9 @@ class MixClass(StrictModel):
     """One request class of the mix, drawn with probability ``weight / sum(weights)``.
 
     ``layout`` orders the prompt: ``media_first`` puts every media item before
-    the text run, ``text_first`` the text run before the media.
+    the text run, ``text_first`` the text run before the media, ``interleaved``
+    splits the text into one run more than there are items and puts an item
+    between each pair (text, item, text, item, ..., text).
     ``output_tokens`` overrides the workload-wide default for this class.
     """
 
@@ -101,7 +103,7 @@ class MixClass(StrictModel):
     video: VideoSpec | None = None
     audio: AudioSpec | None = None
     output_tokens: LengthDist | None = None
-    layout: Literal["media_first", "text_first"] = "media_first"
+    layout: Literal["media_first", "text_first", "interleaved"] = "media_first"
 
 
 class WorkloadConfig(StrictModel):

@@ -22,7 +22,7 @@ import numpy as np
 from lmmsim.errors import UserError
 from lmmsim.workload.arrivals import TraceArrival
 from lmmsim.workload.config import MixClass, WorkloadConfig
-from lmmsim.workload.request import MediaItem, Request, build_segments, request_modality
+from lmmsim.workload.request import MediaItem, Request, build_segments, prompt_parts, request_modality
 from lmmsim.workload.trace import MediaFactory, read_trace
 
 #: Independent random streams, in spawn order (append only: reordering changes every run).
@@ -75,13 +75,13 @@ def generate_requests(cfg: WorkloadConfig, model, seed: int, base_dir: Path = Pa
     # Plain Python values from here: numpy scalars are slow to index and would
     # leak into Request fields.
     names = [c.name for c in mix]
-    media_first = [c.layout == "media_first" for c in mix]
+    layouts = [c.layout for c in mix]
     requests = []
     for i, (at, k, text, out, clip) in enumerate(
         zip(times.tolist(), class_of.tolist(), text_tokens.tolist(), output_tokens.tolist(), audio)
     ):
         media = fixed_media[k] if clip is None else (*fixed_media[k], clip)
-        parts = [*media, text] if media_first[k] else [text, *media]
+        parts = prompt_parts(layouts[k], text, media)
         requests.append(Request(i, at, modality[k], names[k], build_segments(parts), out))
     return requests
 

@@ -110,6 +110,30 @@ def build_segments(parts: list[int | MediaItem]) -> tuple[PromptSegment, ...]:
     return tuple(segments)
 
 
+def prompt_parts(layout: str, text: int, media: tuple) -> list:
+    """The prompt in order: text runs (token counts) and media items.
+
+    ``interleaved`` splits the text into ``len(media) + 1`` runs as even as
+    possible (earlier runs take the remainder) with one item between each
+    pair -- MMMU-style questions that place ``<image k>`` inside the text.
+    Empty runs are dropped.
+    """
+    if layout == "media_first":
+        return [*media, text]
+    if layout == "text_first":
+        return [text, *media]
+    runs = len(media) + 1
+    q, r = divmod(text, runs)
+    parts: list = []
+    for j in range(runs):
+        n = q + (j < r)
+        if n:
+            parts.append(n)
+        if j < len(media):
+            parts.append(media[j])
+    return parts
+
+
 def request_modality(items) -> str:
     """The class modality of a request carrying these media items."""
     kinds = {it.modality for it in items}

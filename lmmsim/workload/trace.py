@@ -26,7 +26,7 @@ media          list of ``{"type": "image", "width", "height"}``,
 modality       text | image | video | audio; must match the media (video >
                image > audio > text); derived when absent
 class_name     default ``"trace"``
-layout         ``media_first`` (default) or ``text_first``
+layout         ``media_first`` (default), ``text_first`` or ``interleaved``
 =============  ==================================================================
 
 Requests are numbered 0, 1, ... in file order. Every problem in a row raises
@@ -44,11 +44,11 @@ import re
 from pathlib import Path
 
 from lmmsim.errors import UserError, choices
-from lmmsim.workload.request import MODALITIES, MediaItem, Request, build_segments, request_modality
+from lmmsim.workload.request import MODALITIES, MediaItem, Request, build_segments, prompt_parts, request_modality
 
 FIELDS = ("timestamp", "modality", "text_tokens", "media", "output_tokens", "class_name", "layout")
 REQUIRED = ("timestamp", "text_tokens", "output_tokens")
-LAYOUTS = ("media_first", "text_first")
+LAYOUTS = ("media_first", "text_first", "interleaved")
 DEFAULT_CLASS = "trace"
 
 # Media type -> the fields that describe it, in the order the model's
@@ -208,7 +208,7 @@ def _build_request(row: dict, request_id: int, speedup: float, factory: MediaFac
     if not isinstance(class_name, str):
         raise _RowError(f"class_name: expected a string, got {class_name!r}")
 
-    parts = [*items, text_tokens] if layout == "media_first" else [text_tokens, *items]
+    parts = prompt_parts(layout, text_tokens, tuple(items))
     segments = build_segments(parts)
     if not segments:
         raise _RowError("empty prompt: text_tokens is 0 and there is no media")
@@ -305,15 +305,16 @@ def read_trace(path: Path, model, speedup: float = 1.0, limit: int | None = None
 
 # ------------------------------------------------------------------- writing
 def _layout(request: Request) -> str:
-    """``media_first`` or ``text_first``; a prompt that is neither cannot be written."""
+    """The layout that rebuilds this prompt; a prompt that matches none cannot be written."""
+    items = tuple(s.item for s in request.segments if s.item is not None)
+    text = sum(s.length for s in request.segments if s.item is None)
+    for layout in LAYOUTS:
+        if build_segments(prompt_parts(layout, text, items)) == request.segments:
+            return layout
     kinds = "".join("m" if s.item is not None else "t" for s in request.segments)
-    if re.fullmatch(r"m*t?", kinds):
-        return "media_first"
-    if re.fullmatch(r"tm+", kinds):
-        return "text_first"
     raise ValueError(
-        f"request {request.request_id}: prompt interleaves text and media ({kinds}); "
-        "a trace row holds only media_first or text_first prompts"
+        f"request {request.request_id}: prompt layout {kinds} is none of {', '.join(LAYOUTS)}; "
+        "a trace row cannot hold it"
     )
 
 

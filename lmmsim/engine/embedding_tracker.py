@@ -1,0 +1,105 @@
+"""Embedding tracker: which prompt positions of one request have their embeddings
+at the LLM worker, and how much embedding memory the request still holds.
+
+RServe (rserve.txt section 3.1) keeps one entry per request: text embeddings
+are fetched at arrival (a vocabulary lookup, cost neglected), positions of
+multimodal items are reserved and filled as their encoder batches arrive, and
+the embeddings of a position are freed once its prefill chunk has run.
+
+Positions follow the prompt order of :class:`~lmmsim.workload.request.Request`
+segments, so any interleaving of text and media works (Figure 9 case 0: text,
+MM, text, MM; case 1: two consecutive MM items). Items may arrive in any
+order; :attr:`ready_prefix` is the first position whose embedding is missing
+(the prompt length when none is), the bound on what prefill may compute next.
+
+Memory is counted in tokens x ``bytes_per_token`` and released per position
+as prefill computes it (:meth:`release_computed`), so a chunk ending inside an
+item frees the part it consumed. Pure Python, no SimPy.
+"""
+
+from __future__ import annotations
+
+
+class EmbeddingTracker:
+    __slots__ = ("segments", "num_prompt_tokens", "bytes_per_token", "_ready", "_num_leading_ready",
+                 "_held_tokens", "_freed_until")
+
+    def __init__(self, media_segments, num_prompt_tokens: int, bytes_per_token: float):
+        self.segments = media_segments  # prompt order, each with .start / .end / .length
+        self.num_prompt_tokens = num_prompt_tokens
+        self.bytes_per_token = bytes_per_token
+        self._ready = [False] * len(media_segments)
+        self._num_leading_ready = 0  # media items 0 .. k-1 all arrived
+        self._held_tokens = 0  # media tokens arrived and not yet computed
+        self._freed_until = 0  # positions below this have been released
+
+    # ---------------------------------------------------------------- queries
+    @property
+    def num_leading_ready(self) -> int:
+        """Media items, in prompt order, that have arrived with no gap before them."""
+        return self._num_leading_ready
+
+    @property
+    def ready_prefix(self) -> int:
+        """Positions ``0 .. ready_prefix-1`` have their embeddings (text always does)."""
+        k = self._num_leading_ready
+        return self.segments[k].start if k < len(self.segments) else self.num_prompt_tokens
+
+    @property
+    def complete(self) -> bool:
+        return self._num_leading_ready == len(self.segments)
+
+    @property
+    def held_tokens(self) -> int:
+        return self._held_tokens
+
+    @property
+    def held_bytes(self) -> float:
+        return self._held_tokens * self.bytes_per_token
+
+    def is_ready(self, position: int) -> bool:
+        """Readiness tag of one prompt position."""
+        for i, seg in enumerate(self.segments):
+            if seg.start <= position < seg.end:
+                return self._ready[i]
+        return 0 <= position < self.num_prompt_tokens
+
+    def schedulable_tokens(self, num_scheduled: int) -> int:
+        """RServe's schedulable tokens: ready positions after the ones already
+        scheduled (computed or in flight), up to the first missing embedding."""
+        return max(0, self.ready_prefix - num_scheduled)
+
+    # -------------------------------------------------------------- mutations
+    def mark_ready(self, indices) -> int:
+        """Embeddings of media items ``indices`` arrived. Returns how many items
+        joined the leading ready run (the scheduler's ``media_arrived`` count)."""
+        for i in indices:
+            if not self._ready[i]:
+                self._ready[i] = True
+                # the part of an item below the release point is never held
+                seg = self.segments[i]
+                self._held_tokens += seg.end - max(seg.start, min(seg.end, self._freed_until))
+        before = self._num_leading_ready
+        k = before
+        while k < len(self._ready) and self._ready[k]:
+            k += 1
+        self._num_leading_ready = k
+        return k - before
+
+    def release_computed(self, num_computed: int) -> int:
+        """Free the embeddings of positions below ``num_computed`` (their prefill
+        ran). Returns the media tokens freed now."""
+        if num_computed <= self._freed_until:
+            return 0
+        freed = 0
+        lo, hi = self._freed_until, num_computed
+        for i, seg in enumerate(self.segments):
+            if seg.end <= lo:
+                continue
+            if seg.start >= hi:
+                break
+            if self._ready[i]:
+                freed += min(seg.end, hi) - max(seg.start, lo)
+        self._freed_until = num_computed
+        self._held_tokens -= freed
+        return freed

@@ -1,0 +1,124 @@
+"""The reproduction machinery: figures (sweep + plots + claims), the run, ``REPORT.md``."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from lmmsim.errors import UserError, choices
+
+ROOT = Path(__file__).resolve().parent.parent.parent / "scenarios" / "reproduce"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One headline claim: the paper's number beside the simulator's.
+
+    ``kind`` says how to read the two numbers:
+
+    * ``change`` -- a relative change (-0.18 = 18% lower); the direction is its
+      sign, the magnitude ratio is simulated / paper;
+    * ``ratio`` -- a factor (2.9x); direction is which side of 1, magnitude
+      ratio is (simulated - 1) / (paper - 1);
+    * ``level`` -- an absolute figure (tokens/s, a share); no direction,
+      magnitude ratio simulated / paper;
+    * ``holds`` -- a yes/no shape (1 = the paper's statement holds); direction
+      matches when the simulator gives 1.
+    """
+
+    text: str
+    paper: float
+    simulated: Callable[[pd.DataFrame], float]  # from results.parquet
+    kind: str = "ratio"
+
+    def direction_matches(self, value: float) -> bool | None:
+        if value != value:  # NaN
+            return False
+        if self.kind == "change":
+            return (value > 0) == (self.paper > 0) and value != 0
+        if self.kind == "ratio":
+            return (value > 1) == (self.paper > 1) and value != 1
+        if self.kind == "holds":
+            return value == 1
+        return None
+
+    def magnitude(self, value: float) -> float:
+        """Simulated effect over the paper's effect (1 = same size)."""
+        if self.kind == "ratio":
+            return (value - 1) / (self.paper - 1) if self.paper != 1 else math.nan
+        if self.kind == "holds":
+            return value
+        return value / self.paper if self.paper else math.nan
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    sweep: str  # file under scenarios/reproduce/<paper>/
+    plots: tuple[tuple[str, dict], ...]
+    claims: tuple[Claim, ...] = field(default=())
+    quick_set: tuple[str, ...] = ("workload.num_requests=150",)
+
+
+def reproduce(paper: str, out: Path, *, quick: bool = False, jobs: int | None = None, force: bool = False,
+              figures: list[str] | None = None) -> Path:
+    """Run the paper's figure sweeps into ``out``, draw the plots, write ``REPORT.md``
+    (``figures``: only these, by name)."""
+    from lmmsim.plotting.figures import plot
+    from lmmsim.sweep.runner import run_sweep
+
+    from lmmsim.reproduce import PAPERS
+
+    if paper not in PAPERS:
+        raise UserError("PAPER", f"no reproduction for {paper!r} yet; valid: {choices(PAPERS)}")
+    chosen = PAPERS[paper]
+    if figures:
+        names = [f.name for f in chosen]
+        unknown = [f for f in figures if f not in names]
+        if unknown:
+            raise UserError("--figures", f"no figure {unknown[0]!r} for {paper}; valid: {choices(names)}")
+        chosen = tuple(f for f in chosen if f.name in figures)
+    out = Path(out)
+    rows = []
+    for fig in chosen:
+        sweep = ROOT / paper / fig.sweep
+        if quick and fig.quick_set:
+            sweep = _with_overrides(sweep, out / f".{fig.name}.quick.yaml", fig.quick_set)
+        folder = out / fig.name
+        frame = run_sweep(sweep, folder, jobs=jobs, progress=False)
+        ok = frame[frame["status"] == "ok"]
+        for kind, options in fig.plots:
+            plot(kind, folder, out / f"{fig.name}-{kind}.png", force=True, **options)
+        for claim in fig.claims:
+            rows.append((fig.name, claim, float(claim.simulated(ok))))
+    report = out / "REPORT.md"
+    lines = [f"# Reproduction: {paper}{' (quick)' if quick else ''}", "",
+             "Direction: does the simulator move the same way as the paper. Magnitude: the simulator's effect "
+             "over the paper's (1.00 = same size; within 0.65-1.35 counts as matching).", "",
+             "| figure | claim | paper | simulator | direction | magnitude |", "|---|---|---:|---:|:---:|---:|"]
+    for fig_name, claim, value in rows:
+        direction = claim.direction_matches(value)
+        mark = "-" if direction is None else ("yes" if direction else "**no**")
+        mag = claim.magnitude(value)
+        mag_text = "-" if claim.kind == "holds" else (f"{mag:.2f}" if 0.65 <= mag <= 1.35 else f"**{mag:.2f}**")
+        lines.append(f"| {fig_name} | {claim.text} | {claim.paper:.3g} | {value:.3g} | {mark} | {mag_text} |")
+    report.write_text("\n".join(lines) + "\n")
+    return report
+
+
+def _with_overrides(sweep: Path, target: Path, sets: tuple[str, ...]) -> Path:
+    """A copy of ``sweep`` with extra fixed overrides (``--quick``), base path kept absolute."""
+    import yaml
+
+    raw = yaml.safe_load(sweep.read_text())
+    if "base" in raw:
+        raw["base"] = str((sweep.parent / raw["base"]).resolve())
+    extra = dict(s.split("=", 1) for s in sets)
+    raw["set"] = {**raw.get("set", {}), **{k: yaml.safe_load(v) for k, v in extra.items()}}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(yaml.safe_dump(raw, sort_keys=False))
+    return target
