@@ -164,6 +164,9 @@ class DisaggregatedFrontend:
         if not media:
             engines[target].submit(seq)
             return
+        # The tracker starts with the request (text positions ready, media
+        # positions reserved), as RServe's does.
+        self.inboxes[target].tracker(seq)
         if self.streaming:
             engines[target].submit(seq)
         encoder = min(range(len(self.encoders)), key=lambda i: self.encoders[i].load)
