@@ -21,11 +21,13 @@ from lmmsim.engine.gpu_share import SharedGpu
 from lmmsim.engine.kv_cache import BlockPool
 from lmmsim.engine.pipeline import PipelineEngine
 from lmmsim.engine.replica import Replica
+from lmmsim.engine.priority_scheduler import PriorityScheduler
 from lmmsim.engine.schedulable_tokens import SchedulableTokenScheduler
 from lmmsim.engine.scheduler import ContinuousBatchingScheduler
 from lmmsim.engine.simulation import Simulation
 from lmmsim.engine.steplog import StepLog, StepRecord
 from lmmsim.errors import UserError, choices
+from lmmsim.rps.admission import admission_model, edf_deadline
 from lmmsim.placement import GIB, MemoryPlan, check_encoder_memory, place_workers, plan_llm_memory, shared_gpus
 from lmmsim.workload.generator import generate_requests
 from lmmsim.workload.request import Request
@@ -47,6 +49,7 @@ class BuiltRun:
     step_log: StepLog | None = None
     costs: dict = field(default_factory=dict)
     cost_model: dict = field(default_factory=dict)
+    admission: object = None  # RPS-Serve's fitted profile/estimator/classifier (lmmsim.rps.admission)
 
     @property
     def num_gpus(self) -> int:
@@ -166,6 +169,18 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
     encoder_budget = max(getattr(batching, "encoder_budget_tokens", None) or batching.token_budget, largest_item)
     log = StepLog() if step_log else None
     router_cfg = scn.policy.router
+    queue_cfg = scn.policy.queue
+    queue_ctx: dict = {}
+    admission = None
+    if queue_cfg.kind == "rps":
+        if batching.kind == "schedulable_tokens":
+            raise UserError("policy.queue.kind", "rps orders requests by priority; use it with batching "
+                            "chunked_prefill or token_throttling, not schedulable_tokens")
+        if queue_cfg.priority == "edf":
+            queue_ctx = {"deadline": edf_deadline(scn)}
+        else:
+            admission = admission_model(scn, base_dir)
+            queue_ctx = {"classify": admission.classify}
     hidden_bytes = model.llm.hidden_size * catalog.BYTES_PER_PARAM_BF16
 
     def make_engine(env, pool_name, index, on_finish, barrier_at, *, media, prefill_only=False,
@@ -176,8 +191,11 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
         scheduler_cls, extra = ContinuousBatchingScheduler, {}
         if batching.kind == "schedulable_tokens":
             scheduler_cls, extra = SchedulableTokenScheduler, {"inter_request": batching.inter_request}
+        queue = policies.create("queue", queue_cfg, **queue_ctx)
+        if hasattr(queue, "sort_key"):  # a queue that scores requests: priority order and preemption
+            scheduler_cls = PriorityScheduler
         scheduler = scheduler_cls(
-            queue=policies.create("queue", scn.policy.queue),
+            queue=queue,
             pool=BlockPool(memory[pool_name].num_blocks, dep.block_size),
             token_budget=batching.token_budget,
             max_running=batching.max_running,
@@ -286,4 +304,4 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
     simulation = Simulation(requests, make_frontend, rejected=rejected, horizon_s=scn.sim.horizon_s,
                             progress=progress)
     return BuiltRun(scn, model, gpu, placement, memory, requests, rejected, encoder_budget, simulation, log, costs,
-                    cost_model_info)
+                    cost_model_info, admission)

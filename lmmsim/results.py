@@ -51,7 +51,7 @@ def run_scenario(scn, base_dir: Path = Path("."), *, progress=None, requests=Non
         gpu_busy_s=busy,
         end_at=result.end_at,
         ttft_slo=scn.slo.ttft_by_modality(),
-        tpot_slo=scn.slo.tpot_s,
+        tpot_slo=scn.slo.tpot_bound_s,
         num_preemptions=sum(e.scheduler.num_preemptions for e in engines),
     )
     summary["sim_wall_time_s"] = result.wall_s
@@ -60,6 +60,10 @@ def run_scenario(scn, base_dir: Path = Path("."), *, progress=None, requests=Non
     summary["sim_end_at_s"] = result.end_at
     summary["deployment"] = deployment_summary(built, result.frontend)
     summary["cost_model"] = built.cost_model
+    if built.admission is not None:  # RPS-Serve: how requests were classified
+        queues = [e.scheduler.queue for e in result.frontend.llm_engines if hasattr(e.scheduler.queue, "class_counts")]
+        counts = [sum(c) for c in zip(*(q.class_counts() for q in queues))] if queues else []
+        summary["admission"] = {**built.admission.report, "requests_per_class": counts}
     return RunOutput(df, clean_json(summary), built)
 
 
@@ -114,6 +118,9 @@ def write_results(run: RunOutput, scn, out: Path, *, force: bool = False, csv: b
             run.requests.to_csv(tmp / "requests.csv", index=False)
         (tmp / "summary.json").write_text(json.dumps(run.summary, indent=2) + "\n")
         (tmp / "scenario.resolved.yaml").write_text(dump_scenario(scn))
+        admission = getattr(run.built, "admission", None)
+        if admission is not None and admission.profile is not None:  # the Workload Profiler's runs
+            admission.profile.to_csv(tmp / "admission_profile.csv", index=False)
         if run.built.step_log is not None:
             write_chrome_trace(run.built.step_log, tmp / "trace.json", title=scn.name, requests=run.requests)
         if out.exists():

@@ -115,13 +115,19 @@ class SloConfig(_Strict):
 
     ttft_s: PositiveFloat | dict[Literal[MODALITIES], PositiveFloat] | None = None  # type: ignore[valid-type]
     tpot_s: PositiveFloat | None = None
+    # Multiplies every bound (RPS-Serve's "SLO scale" 1x-4x: strict to relaxed).
+    scale: PositiveFloat = 1.0
 
     def ttft_by_modality(self) -> dict[str, float]:
         if self.ttft_s is None:
             return {}
         if isinstance(self.ttft_s, dict):
-            return dict(self.ttft_s)
-        return {m: float(self.ttft_s) for m in MODALITIES}
+            return {m: v * self.scale for m, v in self.ttft_s.items()}
+        return {m: float(self.ttft_s) * self.scale for m in MODALITIES}
+
+    @property
+    def tpot_bound_s(self) -> float | None:
+        return None if self.tpot_s is None else self.tpot_s * self.scale
 
 
 class SimConfig(_Strict):

@@ -183,3 +183,41 @@ register_system(SystemPreset(
     defaults=_rserve(False),
     notes=_RSERVE_NOTES,
 ))
+
+
+_RPS_QUEUE = {"kind": "rps"}
+_RPS_NOTES = (
+    "At build time the Workload Profiler runs isolated requests drawn from the scenario's mix on its "
+    "deployment (policy.queue.profile_requests, or policy.queue.profile: a CSV of measured runs); the "
+    "Impact Estimator and a k-means classifier (policy.queue.num_classes) are fitted to them.",
+    "Ablations: policy.queue.classifier: naive; policy.queue.priority: static-only | aging-only | edf.",
+    "Aging term (ours; the paper leaves it out): 1 - exp(-k w^p (1 + ln(1 + q))), lmmsim/rps/priority.py.",
+)
+
+register_system(SystemPreset(
+    name="rps-serve",
+    summary="monolithic TP engine with RPS-Serve's modality-aware scheduling: classes by estimated "
+            "(latency, memory), priority = static + aging, per-class queues, priority preemption",
+    reference="RPS-Serve: Rocks, Pebbles and Sand: Modality-aware Scheduling for Multimodal Large Language "
+              "Model Inference (rps-serve.txt section 3)",
+    defaults=lambda n: {
+        "deployment": {"kind": "monolithic", "tp": n},
+        "policy": {"queue": _RPS_QUEUE, "router": {"kind": "least_loaded"},
+                   "batching": {"kind": "chunked_prefill"}},
+    },
+    notes=_RPS_NOTES,
+))
+
+
+def _modserve_rps(n: int) -> dict:
+    base = get_system("modserve").defaults_for(n)
+    return {**base, "policy": {**base["policy"], "queue": _RPS_QUEUE}}
+
+
+register_system(SystemPreset(
+    name="modserve+rps",
+    summary="ModServe's E + PD split with RPS-Serve's scheduling on the prefill/decode engine",
+    reference="'ModServe & RPS' baseline of RPS-Serve (rps-serve.txt section 4.1)",
+    defaults=_modserve_rps,
+    notes=_RPS_NOTES,
+))

@@ -12,6 +12,8 @@ Definitions (all over the requests of one run):
   modality (if one is set) and its TPOT within the TPOT SLO (if set);
   ``slo_attainment`` is over all requests, unfinished and rejected ones
   counting as misses;
+* ``slo_violation_severity``: mean of ``ttft / bound - 1`` over the finished
+  requests that missed their TTFT bound;
 * ``gpu_utilization`` is each GPU's busy time over the window.
 """
 
@@ -47,6 +49,19 @@ def slo_met(df: pd.DataFrame, ttft_slo: dict[str, float], tpot_slo: float | None
     if tpot_slo is not None:
         ok &= ~(df["tpot_s"] > tpot_slo)
     return ok
+
+
+def violation_severity(df: pd.DataFrame, ttft_slo: dict[str, float]) -> float | None:
+    """Mean relative excess ``ttft / bound - 1`` over the finished requests that
+    missed their TTFT SLO (RPS-Serve Fig. 13's severity); 0 if none missed,
+    None without a TTFT SLO."""
+    if not ttft_slo:
+        return None
+    done = df[df["status"].eq("finished")]
+    limit = done["modality"].map(ttft_slo).astype(float)
+    excess = done["ttft_s"] / limit - 1
+    missed = excess[excess > 0]
+    return float(missed.mean()) if len(missed) else 0.0
 
 
 def _latency_blocks(df: pd.DataFrame) -> dict:
@@ -87,6 +102,7 @@ def summarize(
         },
         "goodput_requests_per_s": rate(float(met.sum())),
         "slo_attainment": float(met.mean()) if len(df) else None,
+        "slo_violation_severity": violation_severity(df, ttft_slo),
         "gpu_utilization": {
             "per_gpu": [min(b / window, 1.0) if window > 0 else 0.0 for b in gpu_busy_s],
             "mean": (sum(min(b / window, 1.0) for b in gpu_busy_s) / len(gpu_busy_s))

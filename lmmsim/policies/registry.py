@@ -66,9 +66,10 @@ def config_union(role: str):
     return Annotated[Union[classes], Field(discriminator="kind")]
 
 
-def create(role: str, config) -> Any:
-    """Build the implementation for a validated config."""
-    return _table(role)[config.kind].factory(config)
+def create(role: str, config, **context) -> Any:
+    """Build the implementation for a validated config; ``context`` carries what
+    the build computed for it (e.g. a fitted classifier)."""
+    return _table(role)[config.kind].factory(config, **context)
 
 
 def names(role: str) -> list[str]:

@@ -1,0 +1,140 @@
+"""Scheduling in global priority order with priority preemption (RPS-Serve, rps-serve.txt 3.7).
+
+With a queue policy that scores requests (:class:`~lmmsim.policies.rps_queue.RpsQueue`),
+each iteration:
+
+1. decodes go first, one token each, as in the base scheduler; if the KV
+   cache cannot take their next blocks, the *lowest-priority* running request
+   is preempted (vLLM's priority policy) instead of the newest;
+2. prefill work -- running requests still in prefill and waiting ones --
+   is taken in one global priority order (score, then arrival) while the
+   token budget lasts. A running prefill is only a candidate like any other:
+   chunk boundaries are scheduling points, so a sand request can take the
+   budget ahead of a rock that is half-way through its prompt (the rock keeps
+   its KV and resumes later);
+3. a waiting request that cannot start for lack of KV blocks or a running
+   slot preempts (recompute) the lowest-priority running request whose
+   priority is *strictly lower* than its own -- never itself, never a higher
+   one -- and tries again; when no such victim is left it waits, and so do
+   the requests behind it.
+
+Victims are running requests with nothing in flight: idle prefills and the
+members of this batch slot's decode cohort (a decode evicted after step 1
+is taken back out of the batch). Preemption happens only when a higher-
+priority request cannot be admitted, as the paper says RPS-Serve inherits
+from vLLM. Pure Python, no SimPy.
+"""
+
+from __future__ import annotations
+
+from lmmsim.engine.scheduler import ContinuousBatchingScheduler, SeqState, StepPlan
+from lmmsim.engine.kv_cache import blocks_for
+
+
+class PriorityScheduler(ContinuousBatchingScheduler):
+    def __init__(self, queue, *args, **kwargs):
+        if not hasattr(queue, "sort_key"):
+            raise ValueError("the priority scheduler needs a queue policy that scores requests")
+        super().__init__(queue, *args, **kwargs)
+        self._plan: StepPlan | None = None
+
+    # ----------------------------------------------------------- priorities
+    def _key(self, seq: SeqState) -> tuple:
+        return self.queue.sort_key(seq)
+
+    def _idle_running(self, plan: StepPlan | None):
+        """Running requests this batch may still evict."""
+        for seq in self.prefilling:
+            if not seq.in_flight:
+                yield seq
+        if plan is not None:
+            yield from self.cohorts[plan.slot].members.values()
+
+    def _lowest(self, plan: StepPlan | None, above: tuple | None) -> SeqState | None:
+        """The lowest-priority evictable running request, if its key is worse than ``above``."""
+        worst, worst_key = None, above
+        for seq in self._idle_running(plan):
+            k = self._key(seq)
+            if worst_key is None or k > worst_key:
+                worst, worst_key = seq, k
+        return worst
+
+    def _victim(self, cohort):
+        # Decode-phase KV shortage: vLLM's priority policy evicts the lowest priority.
+        worst, worst_key = None, None
+        for seq in (*(s for s in self.prefilling if not s.in_flight), *cohort.members.values()):
+            k = self._key(seq)
+            if worst_key is None or k > worst_key:
+                worst, worst_key = seq, k
+        return worst
+
+    def _grow_victim(self, seq: SeqState) -> SeqState | None:
+        return self._lowest(self._plan, self._key(seq))
+
+    # ----------------------------------------------------------- eviction
+    def _evict(self, victim: SeqState, plan: StepPlan) -> None:
+        """Preempt ``victim``; a member of this batch's decode cohort leaves the batch."""
+        if victim.in_decode and plan.num_decodes and victim.cohort is self.cohorts[plan.slot]:
+            num_computed = victim.dec_base + victim.cohort.step_no
+            plan.num_decodes -= 1
+            plan.num_sampled -= 1
+            plan.decode_context_sum -= num_computed + 1
+            if num_computed % self.block_size == 0:  # its new block was allocated in step 1
+                self.pool.free(1)
+        self._preempt(victim, plan)
+
+    def _preempt_for(self, seq: SeqState, plan: StepPlan) -> bool:
+        victim = self._lowest(plan, self._key(seq))
+        if victim is None:
+            return False
+        self._evict(victim, plan)
+        return True
+
+    # ----------------------------------------------------------- prefills
+    def _schedule_prefills(self, plan: StepPlan, budget: int, enc_left: int) -> None:
+        # ``budget`` is what the decodes left; evicting a decode gives its token back.
+        total = budget + plan.num_decodes
+        used = 0
+        self._plan = plan
+        queue = self.queue
+        admit = not plan.preempted  # as vLLM: no admissions after a decode-phase eviction
+        running = sorted((s for s in self.prefilling if not s.busy), key=self._key)
+        i = 0
+        while True:
+            left = total - plan.num_decodes - used
+            if left <= 0:
+                break
+            while i < len(running) and running[i].status != "running":  # evicted meanwhile
+                i += 1
+            r = running[i] if i < len(running) else None
+            w = queue.peek() if admit and len(queue) else None
+            if r is None and w is None:
+                break
+            items: list = []
+            if w is None or (r is not None and self._key(r) <= self._key(w)):
+                i += 1
+                n, enc = self._fit(r, min(r.num_tokens - r.num_scheduled, left), enc_left, items)
+                if n > 0 and self._grow(r, n, plan):
+                    self._add_chunk(plan, r, n, items)
+                    used += n
+                    enc_left -= enc
+                continue
+            # The waiting head is the most urgent candidate: make room for it by
+            # evicting strictly lower-priority running requests, or stop admitting.
+            while self.num_running >= self.max_running and queue.preemptive and self._preempt_for(w, plan):
+                pass
+            n, enc = self._fit(w, min(w.num_tokens - w.num_scheduled, total - plan.num_decodes - used),
+                               enc_left, items)
+            if n > 0:
+                while (blocks_for(n, self.block_size) > self.pool.num_free and queue.preemptive
+                       and self._preempt_for(w, plan)):
+                    pass
+            if queue.peek() is not w:  # an evicted request's class now leads: decide again
+                continue
+            if self.num_running >= self.max_running or n <= 0 or not self._admit(w, n, plan, items):
+                admit = False
+                continue
+            queue.pop()
+            used += n
+            enc_left -= enc
+        self._plan = None
