@@ -137,6 +137,29 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_admission_profile(args) -> int:
+    from lmmsim.rps.profiler import profile_isolated
+    from lmmsim.scenario import load_scenario
+
+    scn, base_dir = load_scenario(args.scenario, args.overrides)
+    out = Path(args.output) if args.output else None
+    if out is not None and out.exists() and not args.force:
+        raise UserError("--output", f"{out} exists; pass --force to overwrite it")
+    df = profile_isolated(scn, base_dir, num_requests=args.requests)
+    print(f"{len(df)} isolated runs of {scn.name} ({scn.system}, {scn.model}, {scn.hardware.count}x "
+          f"{scn.hardware.gpu}); latency = TTFT of a request alone (encode + prefill)")
+    print(f"{'modality':<9}{'n':>5}{'mean s':>10}{'p50 s':>10}{'p99 s':>10}{'encode s':>10}{'tokens':>9}")
+    for modality, part in df.groupby("modality", sort=True):
+        lat = part["latency_s"]
+        print(f"{modality:<9}{len(part):>5}{lat.mean():>10.3f}{lat.quantile(0.5):>10.3f}{lat.quantile(0.99):>10.3f}"
+              f"{part['encode_s'].mean():>10.3f}{part['prefill_tokens'].mean():>9.0f}")
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        df.to_csv(out, index=False)
+        print(f"profile in {out} (usable as policy.queue.profile)")
+    return 0
+
+
 def cmd_validate(args) -> int:
     from lmmsim.build import build
     from lmmsim.scenario import load_scenario
@@ -414,6 +437,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="check a scenario (keys, catalog names, memory fit) without running it")
     _scenario_args(p)
     p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("admission-profile",
+                       help="RPS-Serve's Workload Profiler: run requests of the scenario's mix one at a time",
+                       description="Run requests drawn from the scenario's mix alone on its deployment and "
+                                   "report per modality the isolated TTFT (mean, p50, p99: the papers' SLO "
+                                   "recipe), encode time and prompt tokens; -o writes the runs as a CSV that "
+                                   "policy.queue.profile accepts.")
+    _scenario_args(p)
+    p.add_argument("-o", "--output", help="CSV of the isolated runs")
+    p.add_argument("--requests", type=int, default=240, help="how many requests to profile (default 240)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing CSV")
+    p.set_defaults(func=cmd_admission_profile)
 
     p = sub.add_parser("workload", help="export the scenario's generated requests as a replayable trace")
     _scenario_args(p)

@@ -88,3 +88,24 @@ def simulate(requests, cost, *, num_blocks=100_000, block_size=16, token_budget=
 @pytest.fixture
 def harness():
     return simulate
+
+
+def run_cli(capsys, *argv):
+    """Run ``lmmsim ARGV`` in-process: (exit code, stdout, stderr)."""
+    from lmmsim.cli import main
+
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_user_error(capsys, argv, *needles):
+    """The command fails as a user error: exit 2, one line naming every needle, no traceback."""
+    code, _out, err = run_cli(capsys, *argv)
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]

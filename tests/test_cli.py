@@ -11,28 +11,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from lmmsim.cli import main
+from conftest import assert_user_error, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 SMALL = ["--set", "workload.num_requests=60"]
-
-
-def run_cli(capsys, *argv):
-    code = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_user_error(capsys, argv, *needles):
-    code, _out, err = run_cli(capsys, *argv)
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 # ------------------------------------------------------------------ happy path

@@ -68,9 +68,6 @@ class PriorityScheduler(ContinuousBatchingScheduler):
                 worst, worst_key = seq, k
         return worst
 
-    def _grow_victim(self, seq: SeqState) -> SeqState | None:
-        return self._lowest(self._plan, self._key(seq))
-
     # ----------------------------------------------------------- eviction
     def _evict(self, victim: SeqState, plan: StepPlan) -> None:
         """Preempt ``victim``; a member of this batch's decode cohort leaves the batch."""
@@ -83,11 +80,45 @@ class PriorityScheduler(ContinuousBatchingScheduler):
                 self.pool.free(1)
         self._preempt(victim, plan)
 
-    def _preempt_for(self, seq: SeqState, plan: StepPlan) -> bool:
-        victim = self._lowest(plan, self._key(seq))
-        if victim is None:
+    def _blocks_freed(self, victim: SeqState, plan: StepPlan) -> int:
+        """KV blocks evicting ``victim`` now gives back."""
+        if not victim.in_decode:
+            return victim.num_blocks
+        num_computed = victim.dec_base + victim.cohort.step_no
+        in_batch = plan.num_decodes and victim.cohort is self.cohorts[plan.slot]
+        extra = 1 if in_batch and num_computed % self.block_size == 0 else 0
+        return blocks_for(num_computed, self.block_size) + extra
+
+    def _make_room(self, seq: SeqState, blocks: int, plan: StepPlan, slots: int = 0) -> bool:
+        """Evict strictly lower-priority running requests, lowest first, until ``blocks``
+        KV blocks are free and ``slots`` requests have left -- but only if that is
+        reachable; otherwise evict nobody (an eviction that cannot make room only
+        wastes the victim's work)."""
+        if blocks <= self.pool.num_free and slots <= 0:
+            return True
+        if not self.queue.preemptive:
             return False
-        self._evict(victim, plan)
+        key = self._key(seq)
+        candidates = sorted((v for v in self._idle_running(plan) if v is not seq and self._key(v) > key),
+                            key=self._key, reverse=True)
+        free, chosen = self.pool.num_free, []
+        for victim in candidates:
+            if free >= blocks and len(chosen) >= slots:
+                break
+            chosen.append(victim)
+            free += self._blocks_freed(victim, plan)
+        if free < blocks or len(chosen) < slots:
+            return False
+        for victim in chosen:
+            self._evict(victim, plan)
+        return True
+
+    def _grow(self, seq: SeqState, n: int, plan: StepPlan) -> bool:
+        extra = blocks_for(seq.num_scheduled + n, self.block_size) - seq.num_blocks
+        if not self._make_room(seq, extra, plan):
+            return False
+        self.pool.allocate(extra)
+        seq.num_blocks += extra
         return True
 
     # ----------------------------------------------------------- prefills
@@ -121,17 +152,17 @@ class PriorityScheduler(ContinuousBatchingScheduler):
                 continue
             # The waiting head is the most urgent candidate: make room for it by
             # evicting strictly lower-priority running requests, or stop admitting.
-            while self.num_running >= self.max_running and queue.preemptive and self._preempt_for(w, plan):
-                pass
+            # A request evicted in this step does not come straight back (no thrash).
             n, enc = self._fit(w, min(w.num_tokens - w.num_scheduled, total - plan.num_decodes - used),
                                enc_left, items)
-            if n > 0:
-                while (blocks_for(n, self.block_size) > self.pool.num_free and queue.preemptive
-                       and self._preempt_for(w, plan)):
-                    pass
+            slots = self.num_running - self.max_running + 1
+            if (n <= 0 or any(w is v for v in plan.preempted)
+                    or not self._make_room(w, blocks_for(n, self.block_size), plan, slots)):
+                admit = False
+                continue
             if queue.peek() is not w:  # an evicted request's class now leads: decide again
                 continue
-            if self.num_running >= self.max_running or n <= 0 or not self._admit(w, n, plan, items):
+            if not self._admit(w, n, plan, items):
                 admit = False
                 continue
             queue.pop()

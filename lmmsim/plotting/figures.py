@@ -60,6 +60,7 @@ KINDS: dict[str, str] = {
     "throughput-vs-rate": "throughput (req/s; metric=input_tokens|output_tokens) vs request rate",
     "slo-attainment-vs-rate": "SLO attainment (%) vs request rate, one line per series",
     "goodput-vs-slo-scale": "goodput (req/s) vs SLO scale (x defaults to slo_scale)",
+    "line": "any metric (metric=..., e.g. normalized_latency_s_per_token.mean) vs x, one line per series",
     "pareto": "normalized latency vs idle GPU fraction, one point per run, Pareto frontier",
     "cdf": "TTFT CDF per modality from the runs' requests.parquet (filter with where)",
     "bars": "ablation: a metric (metric=...) per series as bars with error bars",
@@ -69,6 +70,7 @@ KINDS: dict[str, str] = {
 _X_LABELS = {
     "workload.arrival.rate": "request rate (req/s)",
     "slo_scale": "SLO scale (×)",
+    "slo.scale": "SLO scale (×)",
     "deployment.encoder.dispatch.embedding_batch_tokens": "embedding batch size C (tokens)",
 }
 _METRIC_LABELS = {
@@ -290,6 +292,10 @@ def _slo_vs_rate(frame, x, series, *, modality=None, **_):
 
 def _goodput_vs_slo_scale(frame, x, series, **_):
     return _lines(frame, x, series, "goodput_requests_per_s")
+
+
+def _line(frame, x, series, *, metric="normalized_latency_s_per_token.mean", log_y=False, **_):
+    return _lines(frame, x, series, metric, log_y=bool(log_y))
 
 
 # --------------------------------------------------------------------------- pareto
@@ -536,6 +542,7 @@ _BUILDERS: dict[str, Callable[..., Figure]] = {
     "throughput-vs-rate": _throughput_vs_rate,
     "slo-attainment-vs-rate": _slo_vs_rate,
     "goodput-vs-slo-scale": _goodput_vs_slo_scale,
+    "line": _line,
     "pareto": _pareto,
     "cdf": _cdf,
     "bars": _bars,
@@ -548,6 +555,8 @@ def _default_x(kind: str, frame: pd.DataFrame) -> str:
     if kind == "goodput-vs-slo-scale":
         if "slo_scale" in frame.columns:
             return "slo_scale"
+        if "slo.scale" in frame.columns:
+            return "slo.scale"
         scales = [c for c in frame.columns if "slo" in str(c) and "scale" in str(c)]
         if len(scales) == 1:
             return scales[0]

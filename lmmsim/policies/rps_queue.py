@@ -20,7 +20,6 @@ prefill chunks and to pick preemption victims.
 from __future__ import annotations
 
 import bisect
-import math
 from typing import Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator

@@ -91,8 +91,10 @@ def reproduce(paper: str, out: Path, *, quick: bool = False, jobs: int | None = 
         folder = out / fig.name
         frame = run_sweep(sweep, folder, jobs=jobs, progress=False)
         ok = frame[frame["status"] == "ok"]
+        kinds = [kind for kind, _ in fig.plots]
         for kind, options in fig.plots:
-            plot(kind, folder, out / f"{fig.name}-{kind}.png", force=True, **options)
+            name = _plot_file(fig.name, kind, options if kinds.count(kind) > 1 else {})
+            plot(kind, folder, out / name, force=True, **options)
         for claim in fig.claims:
             rows.append((fig.name, claim, float(claim.simulated(ok))))
     report = out / "REPORT.md"
@@ -108,6 +110,14 @@ def reproduce(paper: str, out: Path, *, quick: bool = False, jobs: int | None = 
         lines.append(f"| {fig_name} | {claim.text} | {claim.paper:.3g} | {value:.3g} | {mark} | {mag_text} |")
     report.write_text("\n".join(lines) + "\n")
     return report
+
+
+def _plot_file(figure: str, kind: str, options: dict) -> str:
+    """``fig-kind.png``; several plots of one kind in a figure get their metric or modality in the name."""
+    extra = [str(options[k]) for k in ("modality", "metric") if k in options and kind in ("bars", "line",
+                                                                                         "ttft-vs-rate")]
+    extra = [e.replace("by_modality.", "").replace(".", "-").replace("_s-", "-") for e in extra]
+    return "-".join([figure, kind, *extra]) + ".png"
 
 
 def _with_overrides(sweep: Path, target: Path, sets: tuple[str, ...]) -> Path:

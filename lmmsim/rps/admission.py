@@ -12,6 +12,7 @@ profiles once.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,10 @@ def _cache_key(scn, base_dir: Path) -> str:
         raw["workload"].pop(key, None)
     raw["policy"].pop("router", None)
     raw["base_dir"] = str(Path(base_dir).resolve())
+    profile = scn.policy.queue.profile
+    if profile is not None:  # a measured profile: its contents, not just its name
+        path = Path(base_dir) / profile
+        raw["profile_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
     return json.dumps(raw, sort_keys=True)
 
 

@@ -40,7 +40,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import re
 from pathlib import Path
 
 from lmmsim.errors import UserError, choices
