@@ -221,3 +221,31 @@ register_system(SystemPreset(
     defaults=_modserve_rps,
     notes=_RPS_NOTES,
 ))
+
+
+# RPS-Serve's ablations (rps-serve.txt section 4.3, Fig. 14) by name.
+_RPS_ABLATIONS = {
+    "naive-classes": ({"classifier": "naive"}, "classes by modality: text -> sand, image/audio -> pebbles, "
+                                               "video -> rocks"),
+    "static-only": ({"priority": "static-only"}, "static class priorities, no aging"),
+    "aging-only": ({"priority": "aging-only"}, "aging term only, no static priorities"),
+    "edf": ({"priority": "edf"}, "earliest deadline first, deadline = arrival + the modality's TTFT SLO "
+                                 "(needs slo.ttft_s per modality)"),
+}
+
+
+def _rps_ablation(queue_keys: dict):
+    def defaults(n: int) -> dict:
+        base = get_system("rps-serve").defaults_for(n)
+        return {**base, "policy": {**base["policy"], "queue": {**_RPS_QUEUE, **queue_keys}}}
+    return defaults
+
+
+for _name, (_keys, _what) in _RPS_ABLATIONS.items():
+    register_system(SystemPreset(
+        name=f"rps-serve-{_name}",
+        summary=f"RPS-Serve ablation: {_what}",
+        reference="RPS-Serve's ablation study (rps-serve.txt section 4.3, Fig. 14)",
+        defaults=_rps_ablation(_keys),
+        notes=_RPS_NOTES,
+    ))

@@ -90,7 +90,8 @@ def _violations_fall(df: pd.DataFrame) -> float:
 
 
 def _named(df: pd.DataFrame, name: str, modality: str, stat: str = "mean") -> float:
-    return float(df.loc[df["name"] == name, f"by_modality.{modality}.ttft_s.{stat}"].mean())
+    system = name if name == "rps-serve" else f"rps-serve-{name}"
+    return float(df.loc[df["system"] == system, f"by_modality.{modality}.ttft_s.{stat}"].mean())
 
 
 def _text_lowest_everywhere(df: pd.DataFrame) -> float:
@@ -201,7 +202,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         name="fig14",
         sweep="fig14.yaml",
-        plots=tuple(("bars", {"series": "name", "metric": f"by_modality.{m}.ttft_s.{q}"})
+        plots=tuple(("bars", {"series": "system", "metric": f"by_modality.{m}.ttft_s.{q}"})
                     for m in ("text", "image", "video") for q in ("mean", "p99")),
         claims=(
             *(Claim(f"7B, 1 GPU: RPS-Serve {m} mean TTFT below the naive classifier's", 1,
