@@ -32,7 +32,7 @@ from lmmsim.placement import GIB, MemoryPlan, check_encoder_memory, place_worker
 from lmmsim.workload.generator import generate_requests
 from lmmsim.workload.request import Request
 
-LLM_POOLS = ("llm", "prefill", "decode")
+LLM_POOLS = ("llm", "prefill", "local_prefill", "decode")
 
 
 @dataclass
@@ -95,6 +95,28 @@ def _worker_name(pool: str, index: int, monolithic: bool) -> str:
     return f"{'replica' if monolithic else pool}{index}"
 
 
+# A local prefill run in flight keeps this SM share when a batch would take every SM
+# (set_shares cannot stop a running kernel); our choice, 5%.
+MIN_RUNNING_SM_SHARE = 0.05
+
+
+def _sm_table(lp, encoder_cost, requests, dispatch):
+    """EAServe's SM table (easerve.txt 3.4) for this workload: the encoder cost of the
+    workload's most common media item, probed at ``lp.sm_levels`` for batches of 1 to
+    the dispatch bound (requests; 16 without one) items."""
+    from collections import Counter
+
+    from lmmsim.easerve.sm_table import build_sm_table, encode_latency_from_parts, parts_from_cost_model
+
+    works = Counter(seg.item.encoder for r in requests for seg in r.media_segments)
+    if not works:
+        return None
+    work = works.most_common(1)[0][0]
+    max_batch = getattr(dispatch, "max_batch", None) or 16
+    latency = encode_latency_from_parts(parts_from_cost_model(encoder_cost, work))
+    return build_sm_table(latency, levels=lp.sm_levels, max_batch=max_batch, tolerance=lp.sm_tolerance)
+
+
 def _check_sharing(shared: dict, sharing) -> None:
     """GPUs held by two workers need a sharing mode; only an encoder and one LLM worker may share."""
     for g, holders in sorted(shared.items()):
@@ -130,8 +152,12 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
     if "encoder" in pools and model.encoder is None:
         raise UserError("deployment.kind", f"{model.name} has no encoder; use kind: monolithic")
     placement = place_workers(pools, scn.hardware.count, keys)
+    local_pool = dep.local_prefill_pool(placement["encoder"]) if getattr(dep, "local_prefill", None) else None
+    if local_pool is not None:  # EAServe: prefill workers on the encoder GPUs
+        pools = {**pools, "local_prefill": local_pool}
+        placement["local_prefill"] = [tuple(ids) for ids in local_pool.gpu_ids]
     shared = shared_gpus(placement)
-    sharing = getattr(dep, "gpu_sharing", None)
+    sharing = dep.sharing() if hasattr(dep, "sharing") else getattr(dep, "gpu_sharing", None)
     _check_sharing(shared, sharing)
 
     predictor, cost_model_info = make_predictor(scn.hardware.cost_model, gpu, link, base_dir)
@@ -144,7 +170,7 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
         key = keys.get(name, f"deployment.{name}")
         _check_llm_pool(name, key, pool, model)
         costs[name] = ComposedStepCostModel(model, gpu, pool.tp, predictor)
-        receives_embeddings = not monolithic and name in ("llm", "prefill")
+        receives_embeddings = not monolithic and name in ("llm", "prefill", "local_prefill")
         buffer = dep.embedding_buffer_gib * GIB / (pool.tp * pool.pp) if receives_embeddings else 0.0
         if any(pn == "encoder" for holders in shared.values() for pn, _ in holders) and any(
                 (name, w) in holders for holders in shared.values() for w in range(pool.workers)):
@@ -220,13 +246,12 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
                               stage_runs=[runner(env, f"{name}/stage{k}", st) for k, st in enumerate(stage_ids)])
 
     arbiters: dict = {}  # GPU id -> SharedGpu, per simulation environment
+    sm_table = None
+    lp = getattr(dep, "local_prefill", None)
+    if lp is not None and lp.sm_partitioning == "dynamic":
+        sm_table = _sm_table(lp, costs["encoder"], requests, pools["encoder"].dispatch)
 
-    def runner(env, worker: str, ids):
-        """How a worker's batch runs: None if its GPUs are its own, else through the
-        arbiter of its first shared GPU (a TP group moves at its shared GPU's pace)."""
-        g = next((g for g in ids if g in shared), None)
-        if g is None:
-            return None
+    def arbiter(env, g):
         if g not in arbiters:
             shares = None
             if sharing.mode == "sm_split":
@@ -234,8 +259,21 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
                 for pn, w in shared[g]:
                     shares[_worker_name(pn, w, monolithic)] = sharing.sm_shares[pn]
             arbiters[g] = SharedGpu(env, g, sharing.mode, shares, memory_interference=sharing.memory_interference)
-        arb = arbiters[g]
-        return lambda compute_s, memory_s: arb.run(worker.split("/")[0], compute_s, memory_s)
+        return arbiters[g]
+
+    def runner(env, worker: str, ids):
+        """How a worker's batch runs: None if its GPUs are its own, else through the
+        arbiters of its shared GPUs; a TP group spread over several shared GPUs
+        moves in lock step, so its batch ends when the slowest GPU's part ends."""
+        gs = [g for g in ids if g in shared]
+        if not gs:
+            return None
+        tenant = worker.split("/")[0]
+        arbs = [arbiter(env, g) for g in gs]
+        if len(arbs) == 1:
+            arb = arbs[0]
+            return lambda compute_s, memory_s: arb.run(tenant, compute_s, memory_s)
+        return lambda compute_s, memory_s: env.all_of([a.run(tenant, compute_s, memory_s) for a in arbs])
 
     def log_transfer(name, start_at, end_at, num_bytes, tag):
         log.append(StepRecord(f"link:{name}", start_at, end_at, "transfer", (tag,) if tag is not None else (),
@@ -268,6 +306,15 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
                         on_handoff=on_handoff_for(i) if first == "prefill" else None, on_batch=on_batch_for(i))
             for i in range(pools[first].workers)
         ]
+        local_target: list[int] = []
+        n_remote = len(llm)
+        if "local_prefill" in pools:  # EAServe: after the remote prefill workers
+            llm += [make_engine(env, "local_prefill", j, on_finish, barrier_at, media="remote", prefill_only=True,
+                                on_handoff=on_handoff_for(n_remote + j), on_batch=on_batch_for(n_remote + j))
+                    for j in range(pools["local_prefill"].workers)]
+            for ids in placement["encoder"]:
+                local_target.append(n_remote + next(j for j, lids in enumerate(placement["local_prefill"])
+                                                    if ids[0] in lids))
         decode = []
         if "decode" in pools:
             def finish_for(d):
@@ -278,17 +325,42 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
 
             decode = [make_engine(env, "decode", d, finish_for(d), barrier_at, media="remote")
                       for d in range(pools["decode"].workers)]
+        def split_for(e):
+            """EAServe's dynamic SM split on encoder e's GPUs: per batch the smallest
+            SM level that covers it, the rest to local prefill; between batches all
+            SMs to local prefill."""
+            if sm_table is None:
+                return None
+            enc = f"encoder{e}"
+            local = _worker_name("local_prefill", local_target[e] - n_remote, False)
+            arbs = [arbiter(env, g) for g in placement["encoder"][e]]
+
+            def split(batch):
+                if batch is None:
+                    shares = {enc: 0.0, local: 1.0}
+                else:
+                    share = sm_table.share_for(len({id(it.seq) for it in batch}))
+                    # a running local prefill keeps a sliver of SMs (a kernel cannot stop mid-flight)
+                    if share >= 1.0 and any(local in a.active_workers for a in arbs):
+                        share = 1.0 - MIN_RUNNING_SM_SHARE
+                    shares = {enc: share, local: round(1.0 - share, 12)}
+                for a in arbs:
+                    a.set_shares(shares)
+            return split
+
         encoders = [
             EncoderWorker(env, e, f"encoder{e}", costs["encoder"], policies.create("encode_dispatch", enc_pool.dispatch),
                           placement["encoder"][e], (lambda e: lambda batch, s, t: frontend_box[0].on_encoded(e, batch))(e),
-                          step_log=log, run=runner(env, f"encoder{e}", placement["encoder"][e]))
+                          step_log=log, run=runner(env, f"encoder{e}", placement["encoder"][e]), split=split_for(e))
             for e in range(enc_pool.workers)
         ]
         enc_senders = [egress(env, link, enc_pool.tp, f"encoder{e}->{first}", enc_pool.max_in_flight_sends,
                               on_transfer) for e in range(enc_pool.workers)]
-        kv_senders = [egress(env, link, pools[first].tp * pools[first].pp, f"prefill{p}->decode",
-                             dep.max_in_flight_kv_transfers, on_transfer)
-                      for p in range(len(llm))] if decode else None
+        prefill_gpus = [pools[first].tp * pools[first].pp] * pools[first].workers
+        if "local_prefill" in pools:
+            prefill_gpus += [pools["local_prefill"].tp] * pools["local_prefill"].workers
+        kv_senders = [egress(env, link, n, f"prefill{p}->decode", dep.max_in_flight_kv_transfers, on_transfer)
+                      for p, n in enumerate(prefill_gpus)] if decode else None
         inboxes = [EmbeddingInbox(env, e, dep.embedding_buffer_gib * GIB, hidden_bytes,
                                   admit_when_complete=dep.admission == "after_encode") for e in llm]
         frontend = DisaggregatedFrontend(
@@ -296,6 +368,9 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
             router=policies.create("router", router_cfg), streaming=dep.admission == "streaming",
             decode_engines=decode, kv_senders=kv_senders, kv_bytes_per_token=model.llm.kv_bytes_per_token,
             decode_router=policies.create("router", router_cfg) if decode else None,
+            envelope=enc_pool.envelope_transfer,
+            offload=policies.create("offload", dep.local_prefill.offload) if local_target else None,
+            local_target=local_target,
         )
         frontend.arbiters = arbiters
         frontend_box.append(frontend)

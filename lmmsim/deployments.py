@@ -48,7 +48,7 @@ class SharingConfig(_Strict):
     """
 
     mode: Literal["time_slice", "sm_split"] = "time_slice"
-    sm_shares: dict[Literal["encoder", "llm", "prefill", "decode"], float] = {}
+    sm_shares: dict[Literal["encoder", "llm", "prefill", "decode", "local_prefill"], float] = {}
     memory_interference: float = Field(1.0, ge=0)
 
     @model_validator(mode="after")
@@ -85,6 +85,9 @@ class EncoderPoolConfig(_Strict):
     dispatch: policies.config_union("encode_dispatch") = PerRequestConfig()  # type: ignore[valid-type]
     # Embedding transfers one encoder worker keeps in flight (backpressure).
     max_in_flight_sends: PositiveInt | None = 4
+    # One transfer per destination LLM worker for all requests of an encoder batch
+    # (EAServe's envelope), instead of one per request.
+    envelope_transfer: bool = False
 
     @property
     def gpus_per_worker(self) -> int:
@@ -128,6 +131,36 @@ class EncodePrefillDecodeDeployment(_Disaggregated):
         return {"encoder": self.encoder, "llm": self.llm}
 
 
+class LocalPrefillConfig(_Strict):
+    """EAServe's local prefill workers, co-located on the encoder GPUs (easerve.txt 3.3-3.4).
+
+    The encoder GPUs, taken in order, are grouped ``tp`` at a time; each group
+    hosts one prefill-only worker sharing those GPUs with their encoders.
+    ``offload`` routes each request's prefill to a remote prefill worker
+    (fraction ``remote_fraction``) or to the local one of its encoder.
+    ``sm_partitioning``: ``none`` (the CUDA time slicing of two processes),
+    ``static`` (``static_encoder_share`` of the SMs to the encoder, the rest to
+    local prefill) or ``dynamic`` (per encoder batch, the smallest SM level
+    whose supported batch size covers it: the table is built at start-up from
+    the cost model's latency-vs-share curve, ``sm_levels`` and ``sm_tolerance``).
+    HBM bandwidth is never partitioned.
+    """
+
+    tp: PositiveInt = 1
+    offload: policies.config_union("offload") = Field(  # type: ignore[valid-type]
+        default_factory=lambda: policies.registry._table("offload")["deficit"].config_cls(remote_fraction=0.5))
+    sm_partitioning: Literal["none", "static", "dynamic"] = "dynamic"
+    static_encoder_share: float = Field(0.5, gt=0, lt=1)
+    sm_levels: list[float] = [0.2, 0.4, 0.6, 0.8, 1.0]
+    sm_tolerance: float = Field(0.1, ge=0)
+
+    @model_validator(mode="after")
+    def _levels(self):
+        if not self.sm_levels or any(not 0 < x <= 1 for x in self.sm_levels) or max(self.sm_levels) != 1.0:
+            raise ValueError("sm_levels must lie in (0, 1] and include 1.0")
+        return self
+
+
 class FullyDisaggregatedDeployment(_Disaggregated):
     """Encoder, prefill and decode pools (``e_p_d``)."""
 
@@ -136,9 +169,43 @@ class FullyDisaggregatedDeployment(_Disaggregated):
     decode: LlmPoolConfig = LlmPoolConfig()
     # KV-cache transfers one prefill worker keeps in flight (backpressure).
     max_in_flight_kv_transfers: PositiveInt | None = 4
+    # EAServe: prefill workers on the encoder GPUs, a share of the requests routed to them.
+    local_prefill: LocalPrefillConfig | None = None
+
+    @model_validator(mode="after")
+    def _local_fits(self):
+        lp = self.local_prefill
+        if lp is not None:
+            gpus = self.encoder.workers * self.encoder.tp
+            if gpus % lp.tp:
+                raise ValueError(f"local_prefill.tp ({lp.tp}) must divide the encoder GPUs ({gpus})")
+            if self.gpu_sharing is not None:
+                raise ValueError("local_prefill sets how the encoder GPUs are shared (sm_partitioning); "
+                                 "leave gpu_sharing unset")
+        return self
 
     def pools(self) -> dict:
         return {"encoder": self.encoder, "prefill": self.prefill, "decode": self.decode}
+
+    def local_prefill_pool(self, encoder_gpus: list[tuple[int, ...]]) -> LlmPoolConfig | None:
+        """The local prefill pool placed on ``encoder_gpus`` (the encoder workers' GPU ids)."""
+        lp = self.local_prefill
+        if lp is None:
+            return None
+        flat = [g for ids in encoder_gpus for g in ids]
+        groups = [flat[i:i + lp.tp] for i in range(0, len(flat), lp.tp)]
+        return LlmPoolConfig(workers=len(groups), tp=lp.tp, gpu_ids=groups)
+
+    def sharing(self) -> SharingConfig | None:
+        """How encoder and local prefill share the encoder GPUs."""
+        lp = self.local_prefill
+        if lp is None:
+            return self.gpu_sharing
+        if lp.sm_partitioning == "none":
+            return SharingConfig(mode="time_slice")
+        # dynamic: the encoder's share is set per batch; while it is idle local prefill has every SM
+        share = lp.static_encoder_share if lp.sm_partitioning == "static" else 0.0
+        return SharingConfig(mode="sm_split", sm_shares={"encoder": share, "local_prefill": 1.0 - share})
 
 
 DeploymentConfig = Annotated[

@@ -249,3 +249,52 @@ for _name, (_keys, _what) in _RPS_ABLATIONS.items():
         defaults=_rps_ablation(_keys),
         notes=_RPS_NOTES,
     ))
+
+
+def _easerve(local: bool):
+    def defaults(n: int) -> dict:
+        encoders = max(1, n // 4)
+        rest = max(2, n - encoders)
+        prefill_tp = min(2, _pow2_at_most(rest // 2)) if rest >= 2 else 1
+        decode_tp = _pow2_at_most(max(1, rest - prefill_tp))
+        dep = {
+            "kind": "e_p_d",
+            "encoder": {"workers": encoders, "tp": 1, "dispatch": {"kind": "poisson_gap", "max_batch": 10},
+                        "envelope_transfer": True},
+            "prefill": {"tp": prefill_tp}, "decode": {"tp": decode_tp}, "admission": "after_encode",
+        }
+        if local:
+            dep["local_prefill"] = {"tp": 2 if encoders % 2 == 0 else 1,
+                                    "offload": {"kind": "deficit", "remote_fraction": 0.55},
+                                    "sm_partitioning": "dynamic"}
+        return {"deployment": dep, "policy": {**_FCFS, "batching": {"kind": "chunked_prefill"}}}
+    return defaults
+
+
+_EASERVE_NOTES = (
+    "Default allocation for n GPUs: n // 4 encoders (TP1), one TP2 prefill worker, the largest power-of-two TP "
+    "decode worker that fits the rest (8 GPUs: 2E + 1P(TP2) + 1D(TP4), EAServe Table 6); tune with `lmmsim "
+    "search` (HAS).",
+    "Encoder batches: poisson_gap (B = 10) -- dispatch at B requests, when no arrival came within the "
+    "estimated rate's Poisson gap, or at max_age_s; one envelope transfer per batch and destination.",
+    "Local prefill (easerve only): prefill workers on the encoder GPUs, a deficit counter sends "
+    "remote_fraction s = 0.55 of the requests to the remote prefill worker; dynamic SM partitioning per "
+    "batch from the start-up SM table; HBM bandwidth shared.",
+)
+
+register_system(SystemPreset(
+    name="easerve",
+    summary="E + P + D with Poisson-gap encode micro-batching, envelope transfer, deficit-routed local prefill on "
+            "the encoder GPUs and dynamic SM partitioning",
+    reference="EAServe: encode-aware EPD serving (easerve.txt section 3)",
+    defaults=_easerve(True),
+    notes=_EASERVE_NOTES,
+))
+
+register_system(SystemPreset(
+    name="easerve-s1",
+    summary="EAServe with s = 1: every prefill remote, no local prefill (micro-batching and envelopes kept)",
+    reference="EAServe's 'Ours (s=1)' configuration (easerve.txt section 4.1)",
+    defaults=_easerve(False),
+    notes=_EASERVE_NOTES,
+))

@@ -133,6 +133,9 @@ class DisaggregatedFrontend:
         kv_senders: list[Sender] | None = None,
         kv_bytes_per_token: float = 0.0,
         decode_router=None,
+        envelope: bool = False,
+        offload=None,
+        local_target: list[int] | None = None,
     ):
         self.env = env
         self.encoders = encoders
@@ -145,6 +148,12 @@ class DisaggregatedFrontend:
         self.kv_senders = kv_senders or []
         self.kv_bytes_per_token = kv_bytes_per_token
         self.decode_router = decode_router
+        self.envelope = envelope
+        # EAServe: ``offload.route()`` True = remote; the engines after the first
+        # ``num_remote`` are local prefill workers, ``local_target[e]`` the one on encoder e's GPUs.
+        self.offload = offload
+        self.local_target = local_target or []
+        self.num_remote = len(llm_engines) - len(set(self.local_target))
         self._kv_waiting: list[deque] = [deque() for _ in self.decode]
         self.num_kv_transfers = 0
 
@@ -159,8 +168,9 @@ class DisaggregatedFrontend:
     # ------------------------------------------------------------- arrivals
     def arrive(self, seq) -> None:
         engines = self.prefill
-        target = self.router.route(seq.request, [e.load for e in engines]) if len(engines) > 1 else 0
         media = seq.request.media_segments
+        encoder = min(range(len(self.encoders)), key=lambda i: self.encoders[i].load)
+        target = self._prefill_target(seq, encoder)
         if not media:
             engines[target].submit(seq)
             return
@@ -169,31 +179,54 @@ class DisaggregatedFrontend:
         self.inboxes[target].tracker(seq)
         if self.streaming:
             engines[target].submit(seq)
-        encoder = min(range(len(self.encoders)), key=lambda i: self.encoders[i].load)
         now = self.env.now
         self.encoders[encoder].submit([EncodeItem(seq, seg, now, target) for seg in media])
 
+    def _prefill_target(self, seq, encoder: int) -> int:
+        """Index of the prefill (or LLM) engine that prefills ``seq``. With local
+        prefill workers (EAServe), the offload router sends it remote (a routed
+        choice among the remote workers) or to the local worker of ``encoder``."""
+        if self.offload is not None and not self.offload.route():
+            return self.local_target[encoder]
+        remote = self.num_remote
+        if remote == 1:
+            return 0
+        return self.router.route(seq.request, [e.load for e in self.prefill[:remote]])
+
     # ------------------------------------------------------ embeddings E -> P
     def on_encoded(self, encoder: int, batch: list[EncodeItem]) -> None:
-        """Send each request's embeddings in the batch as one transfer."""
-        groups: dict[int, list[EncodeItem]] = {}
+        """Send the batch's embeddings: one transfer per request, or -- with envelope
+        transfer (EAServe) -- one per destination LLM worker, whatever the number of
+        requests in it (one link setup latency per envelope)."""
+        groups: dict = {}
         for it in batch:
-            groups.setdefault(it.seq.request.request_id, []).append(it)
+            key = it.target if self.envelope else it.seq.request.request_id
+            groups.setdefault(key, []).append(it)
         for items in groups.values():
             self._send_embeddings(encoder, items)
 
     def _send_embeddings(self, encoder: int, items: list[EncodeItem]) -> None:
-        seq = items[0].seq
+        """One transfer carrying ``items`` (all for the same LLM worker)."""
         inbox = self.inboxes[items[0].target]
-        media = seq.request.media_segments
-        index = {id(seg): i for i, seg in enumerate(media)}
-        indices = [index[id(it.segment)] for it in items]
+        per_request: dict = {}
+        for it in items:
+            seq = it.seq
+            media = seq.request.media_segments
+            index = next(i for i, seg in enumerate(media) if seg is it.segment)
+            per_request.setdefault(id(seq), (seq, []))[1].append(index)
         num_bytes = sum(it.num_llm_tokens for it in items) * inbox.bytes_per_token
         sender = self.encoder_senders[encoder]
+        tag = items[0].seq.request.request_id
+
+        def delivered(_done):
+            for seq, indices in per_request.values():
+                inbox.deliver(seq, indices)
 
         def start(_event):
-            sender.send(num_bytes, tag=seq.request.request_id).callbacks.append(
-                lambda _done: inbox.deliver(seq, indices))
+            if self.local_target and items[0].target == self.local_target[encoder]:
+                delivered(None)  # local prefill on the encoder's own GPU: no link to cross
+                return
+            sender.send(num_bytes, tag=tag).callbacks.append(delivered)
 
         inbox.buffer.acquire(num_bytes).callbacks.append(start)
 

@@ -3,15 +3,17 @@
 The worker runs one batch at a time on its GPUs; a batch's time is the cost
 model's ``encode_s`` over the batch's items. When a batch ends it hands the
 items to ``on_encoded`` (the deployment sends their embeddings on) and asks
-the dispatcher for the next batch. Encode times of a request are recorded on
-its state: ``encode_started_at`` when its first item's batch starts,
-``encode_finished_at`` when its last item's batch ends.
+the dispatcher for the next batch. ``submit`` (one call per request) tells
+the dispatcher of the arrival (``on_arrival``) before waking the worker.
+Encode times of a request are recorded on its state: ``encode_started_at``
+when its first item's batch starts, ``encode_finished_at`` when its last
+item's batch ends.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 from lmmsim.engine.steplog import StepRecord
 from lmmsim.policies.encode_dispatch import EncodeDispatcher, EncodeItem
@@ -30,18 +32,25 @@ class EncoderWorker:
         *,
         step_log: list | None = None,
         run=None,
+        split=None,
     ):
         self.env = env
         self.index = index
         self.name = name
         self.cost = cost
         self.dispatcher = dispatcher
+        # Tell the dispatcher of each request's arrival (EAServe's rate estimate);
+        # a duck-typed dispatcher without the hook is told nothing.
+        self._on_arrival = getattr(dispatcher, "on_arrival", None) or (lambda items, now: None)
         self.gpu_ids = gpu_ids
         self.on_encoded = on_encoded
         self.step_log = step_log
         # ``run(compute_s, memory_s) -> Event``: the batch on a GPU shared with
         # another worker (lmmsim.engine.gpu_share); None: exactly encode_s.
         self._run = run
+        # ``split(batch)`` before a batch and ``split(None)`` after it: EAServe's
+        # dynamic SM partitioning re-divides the GPU per micro-batch (None: fixed).
+        self._split = split
         self.queue: deque[EncodeItem] = deque()
         self.busy_s = 0.0
         self.num_batches = 0
@@ -60,6 +69,7 @@ class EncoderWorker:
 
     def submit(self, items: list[EncodeItem]) -> None:
         self.queue.extend(items)
+        self._on_arrival(items, self.env.now)
         if not self._wakeup.triggered:
             self.env.succeed_late(self._wakeup)
 
@@ -83,7 +93,11 @@ class EncoderWorker:
                 dur = self.cost.encode_s(works)
                 yield env.timeout_at(start + dur)
             else:
+                if self._split is not None:
+                    self._split(batch)
                 yield self._run(*self.cost.encode_parts(works))
+                if self._split is not None:
+                    self._split(None)
                 dur = env.now - start
             end = env.now
             self.busy_s += dur

@@ -8,4 +8,4 @@ and registers with :func:`register` as a side effect).
 """
 
 from lmmsim.policies.registry import config_union, create, describe, names, register  # noqa: F401
-from lmmsim.policies import encode_dispatch, queueing, routing, rps_queue  # noqa: F401,E402  (registers built-ins)
+from lmmsim.policies import encode_dispatch, offload, queueing, routing, rps_queue  # noqa: F401,E402  (registers built-ins)

@@ -4,18 +4,26 @@ An encoder worker keeps a FIFO of :class:`EncodeItem` (one per media item, a
 request's items in prompt order). When it is free it asks its dispatcher
 :meth:`EncodeDispatcher.select`, which either removes and returns the items
 of the next batch, or returns ``None`` and the time at which to ask again (a
-timeout still running). The worker asks again whenever items arrive. No SimPy
+timeout still running). The worker asks again whenever items arrive, and
+tells the dispatcher of each arrival first (:meth:`EncodeDispatcher.on_arrival`,
+one call per request: a request's items are submitted together). No SimPy
 here, so rules are testable on hand-built queues.
+
+Rules: ``per_request`` (Dynamo's pass-through), ``fixed`` (the fixed-timeout
+micro-batcher baseline), ``queue_length`` (the queue-length-trigger
+baseline), ``poisson_gap`` (EAServe's load-adaptive micro-batching) and
+``embedding_batch`` (RServe).
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from lmmsim.policies.registry import register
 
@@ -39,6 +47,10 @@ class EncodeDispatcher(ABC):
     def select(self, queue: deque, now: float) -> tuple[list | None, float | None]:
         """Remove and return the next batch from ``queue`` (non-empty), or return
         ``(None, wake_at)``: nothing to run before ``wake_at``."""
+
+    def on_arrival(self, items: list, now: float) -> None:
+        """A request's media ``items`` joined the queue at ``now`` (called by the
+        worker before it asks :meth:`select`). Default: ignored."""
 
 
 class _Config(BaseModel):
@@ -83,7 +95,11 @@ class FixedBatchConfig(_Config):
 @register("encode_dispatch", FixedBatchConfig, "batches of up to max_items (or max_tokens), or whatever waited timeout_s")
 class FixedBatchDispatcher(EncodeDispatcher):
     """Dispatch when ``max_items`` items (or ``max_tokens`` tokens) are queued, or
-    when the oldest item has waited ``timeout_s``; items in FIFO order."""
+    when the oldest item has waited ``timeout_s``; items in FIFO order.
+
+    This is the fixed-timeout micro-batcher baseline of EAServe (easerve.txt
+    section 3.2: "a fixed timeout grows mistuned whenever load shifts"). It
+    counts items, not requests, and may split a request's items."""
 
     def __init__(self, config: FixedBatchConfig):
         self.max_items = config.max_items
@@ -142,3 +158,168 @@ class EmbeddingBatchDispatcher(EncodeDispatcher):
 
     def select(self, queue: deque, now: float):
         return take_head_request(queue, self.min_tokens), None
+
+
+# ------------------------------------------------------------ request batches
+def count_requests(queue: deque, limit: int) -> int:
+    """Requests queued (runs of consecutive items of one ``seq``), counting at
+    most ``limit``."""
+    n = 0
+    prev = None
+    for it in queue:
+        if n == 0 or it.seq is not prev:
+            if n == limit:
+                break
+            n += 1
+            prev = it.seq
+    return n
+
+
+def take_requests(queue: deque, max_requests: int) -> list:
+    """Pop the items of the first ``max_requests`` requests of the queue (FIFO);
+    a request's items always travel together."""
+    batch = []
+    n = 0
+    while queue:
+        seq = queue[0].seq
+        if n == max_requests:
+            break
+        n += 1
+        while queue and queue[0].seq is seq:
+            batch.append(queue.popleft())
+    return batch
+
+
+class QueueLengthConfig(_Config):
+    kind: Literal["queue_length"] = "queue_length"
+    min_requests: PositiveInt = 8  # dispatch once this many requests are queued
+    max_batch: PositiveInt | None = None  # most requests in a batch; null: min_requests
+    max_age_s: float = Field(0.05, ge=0)  # safety valve: longest the oldest request waits
+
+    @model_validator(mode="after")
+    def _bound(self):
+        if self.max_batch is not None and self.max_batch < self.min_requests:
+            raise ValueError(f"max_batch ({self.max_batch}) must be >= min_requests ({self.min_requests})")
+        return self
+
+
+@register("encode_dispatch", QueueLengthConfig,
+          "queue-length trigger: batch once min_requests requests wait, or the oldest waited max_age_s")
+class QueueLengthDispatcher(EncodeDispatcher):
+    """The queue-length-trigger baseline of EAServe (easerve.txt section 3.2).
+
+    Dispatch when at least ``min_requests`` requests are queued, or when the
+    oldest queued request has waited ``max_age_s`` (the safety valve). A batch
+    holds the items of up to ``max_batch`` requests (default ``min_requests``),
+    first come first served; a request's items are never split.
+    """
+
+    def __init__(self, config: QueueLengthConfig | None = None):
+        config = config or QueueLengthConfig()
+        self.min_requests = config.min_requests
+        self.max_batch = config.max_batch or config.min_requests
+        self.max_age_s = config.max_age_s
+
+    def select(self, queue: deque, now: float):
+        due = queue[0].enqueued_at + self.max_age_s
+        if now < due and count_requests(queue, self.min_requests) < self.min_requests:
+            return None, due
+        return take_requests(queue, self.max_batch), None
+
+
+class PoissonGapConfig(_Config):
+    kind: Literal["poisson_gap"] = "poisson_gap"
+    max_batch: PositiveInt = 8  # the batch bound B, in requests (HAS sets it offline)
+    quantile: float = Field(0.8, gt=0, lt=1)  # p: the gap g is the p-quantile of an Exp(rate) gap
+    ewma_weight: float = Field(0.2, gt=0, le=1)  # weight of the newest inter-arrival gap in the mean gap
+    max_age_s: float = Field(0.05, ge=0)  # safety valve: longest the oldest request waits
+
+
+@register("encode_dispatch", PoissonGapConfig,
+          "EAServe: up to max_batch requests; dispatch at B, after a Poisson gap without arrivals, or at max_age_s")
+class PoissonGapDispatcher(EncodeDispatcher):
+    """EAServe's load-adaptive micro-batching (easerve.txt section 3.2).
+
+    The batch bound ``max_batch`` (B) counts requests: a batch holds the items
+    of up to B requests, first come first served, and a request's items are
+    never split across batches. A partial batch is dispatched as soon as any
+    of three triggers fires:
+
+    (a) B requests are queued;
+    (b) no request arrived within the Poisson gap ``g`` since the last arrival,
+        i.e. ``now >= last_arrival + g(rate)``;
+    (c) the oldest queued request has waited ``max_age_s`` (safety valve).
+
+    When none fires, :meth:`select` returns the earliest of the pending (b)
+    and (c) deadlines; the worker sleeps until then or until a request
+    arrives.
+
+    Rate estimate (our choice): an exponentially weighted moving average of
+    the inter-arrival gaps of requests at this worker, ``mean_gap <- (1 - w)
+    mean_gap + w gap`` with ``w = ewma_weight`` (the first gap initialises
+    it), and ``rate = 1 / mean_gap``. The gap EWMA is an unbiased estimate of
+    the mean gap; with w = 0.2 its relative standard deviation on Poisson
+    arrivals is sqrt(w / (2 - w)) ~ 1/3, so it tracks load shifts within ~5
+    arrivals at the price of a noisy threshold. Requests arriving at the same
+    instant count as gaps of zero.
+
+    Gap rule (our choice; the paper does not give the formula): ``g(rate) =
+    -ln(1 - p) / rate``, the p-quantile of an exponential inter-arrival gap
+    (p = ``quantile``, 0.8 by default): under Poisson arrivals the next
+    request comes within g with probability p, so waiting longer than g is
+    taken as the end of a burst. g is tight under high load and loose under
+    low load (where the safety valve (c) bounds the wait). Before two
+    arrivals have been seen there is no rate and g = ``max_age_s``. Override
+    :meth:`gap_s` to change the rule.
+    """
+
+    def __init__(self, config: PoissonGapConfig | None = None):
+        config = config or PoissonGapConfig()
+        self.max_batch = config.max_batch
+        self.quantile = config.quantile
+        self.ewma_weight = config.ewma_weight
+        self.max_age_s = config.max_age_s
+        self.last_arrival: float | None = None
+        self.mean_gap: float | None = None  # EWMA of inter-arrival gaps; None before two arrivals
+        self.num_arrivals = 0
+
+    # ------------------------------------------------------------- estimate
+    def on_arrival(self, items: list, now: float) -> None:
+        seqs = []
+        for it in items:  # one arrival per request among the items (normally one)
+            if not seqs or it.seq is not seqs[-1]:
+                seqs.append(it.seq)
+        for _ in seqs:
+            if self.last_arrival is not None:
+                gap = now - self.last_arrival
+                if self.mean_gap is None:
+                    self.mean_gap = gap
+                else:
+                    self.mean_gap += self.ewma_weight * (gap - self.mean_gap)
+            self.last_arrival = now
+            self.num_arrivals += 1
+
+    @property
+    def rate(self) -> float | None:
+        """Estimated arrival rate (requests/s); None before two arrivals."""
+        if self.mean_gap is None:
+            return None
+        return math.inf if self.mean_gap <= 0 else 1.0 / self.mean_gap
+
+    def gap_s(self, rate: float | None) -> float:
+        """The Poisson gap g: how long to wait for the next arrival at ``rate``."""
+        if rate is None:
+            return self.max_age_s
+        if math.isinf(rate):
+            return 0.0
+        return -math.log1p(-self.quantile) / rate
+
+    # ------------------------------------------------------------- dispatch
+    def select(self, queue: deque, now: float):
+        deadlines = [queue[0].enqueued_at + self.max_age_s]  # (c)
+        if self.last_arrival is not None:
+            deadlines.append(self.last_arrival + self.gap_s(self.rate))  # (b)
+        due = min(deadlines)
+        if now < due and count_requests(queue, self.max_batch) < self.max_batch:  # (a)
+            return None, due
+        return take_requests(queue, self.max_batch), None
