@@ -253,3 +253,12 @@ def test_reproduce_rserve_one_figure_reports_its_claims(tmp_path):
     assert (tmp_path / "rep" / "fig16-high-ttft-vs-rate.png").stat().st_size > 1000
     with pytest.raises(UserError, match="fig99"):
         reproduce("rserve", tmp_path / "x", figures=["fig99"])
+
+
+def test_reproduce_easerve_one_figure(tmp_path):
+    from lmmsim.reproduce import reproduce
+
+    report = reproduce("easerve", tmp_path / "rep", quick=True, jobs=1, figures=["table6"])
+    rows = [line for line in report.read_text().splitlines() if line.startswith("| table6 |")]
+    assert len(rows) == 3 and all("nan" not in r for r in rows)
+    assert (tmp_path / "rep" / "table6-bars.png").stat().st_size > 1000

@@ -10,12 +10,13 @@ fewer requests. One module per paper lists its figures.
 
 from __future__ import annotations
 
-from lmmsim.reproduce import rps, rserve
+from lmmsim.reproduce import easerve, rps, rserve
 from lmmsim.reproduce.core import Claim, Figure, reproduce
 
 PAPERS: dict[str, tuple[Figure, ...]] = {
     "rps": rps.FIGURES,
     "rserve": rserve.FIGURES,
+    "easerve": easerve.FIGURES,
 }
 
 __all__ = ["PAPERS", "Claim", "Figure", "reproduce"]

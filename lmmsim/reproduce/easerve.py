@@ -1,0 +1,141 @@
+"""EAServe (easerve.txt section 4): the figures the simulator reruns and the claims it checks.
+
+Not here yet: Fig. 12 (HAS search efficiency) and the "HAS picks s = 1 for
+video" row, which need ``lmmsim search``; the EPDServe and HydraInfer columns of
+Table 5 (no such systems in the catalog).
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from lmmsim.reproduce.core import Claim, Figure
+
+RATE = "workload.arrival.rate"
+TPUT = "throughput.requests_per_s"
+
+
+def _at(df: pd.DataFrame, system: str, metric: str, **where) -> float:
+    rows = df[df["system"] == system]
+    for key, value in where.items():
+        rows = rows[rows[key.replace("__", ".")] == value]
+    return float(rows[metric].mean())
+
+
+def _goodput_ratio(df: pd.DataFrame, baseline: str, scale: float = 10) -> float:
+    return (_at(df, "easerve", "goodput_requests_per_s", slo__scale=scale)
+            / _at(df, baseline, "goodput_requests_per_s", slo__scale=scale))
+
+
+def _goodput_highest(df: pd.DataFrame) -> float:
+    for _scale, part in df.groupby("slo.scale"):
+        by = part.groupby("system")["goodput_requests_per_s"].mean()
+        if by["easerve"] < by.max():
+            return 0.0
+    return 1.0
+
+
+def _encoder_util(df: pd.DataFrame, system: str, rate: float = 2) -> float:
+    """Mean busy fraction of the encoder GPUs (the first ones: pools are placed encoder first)."""
+    row = df[(df["system"] == system) & (df[RATE] == rate)].iloc[0]
+    n = int(row["deployment.pools.encoder.workers"])
+    return float(sum(row[f"gpu_utilization.per_gpu.{g}"] for g in range(n)) / n)
+
+
+def _fig9(modality: str, dynamo: float, vllm: float) -> Figure:
+    return Figure(
+        name=f"fig9-{modality}", sweep=f"fig9-{modality}.yaml",
+        plots=(("goodput-vs-slo-scale", {"series": "system"}),),
+        claims=(
+            Claim(f"{modality}: goodput EAServe / Dynamo, moderate tier", dynamo,
+                  lambda df: _goodput_ratio(df, "dynamo")),
+            Claim(f"{modality}: goodput EAServe / vLLM, moderate tier", vllm,
+                  lambda df: _goodput_ratio(df, "vllm")),
+            Claim(f"{modality}: EAServe's goodput highest at every tier", 1, _goodput_highest, kind="holds"),
+        ),
+        quick_set=("workload.num_requests=150",),
+    )
+
+
+def _fig10(modality: str, p99_collapse: float | None) -> Figure:
+    claims = [
+        Claim(f"{modality}: EAServe throughput at 5 req/s above Dynamo's and vLLM's", 1,
+              lambda df: float(_at(df, "easerve", TPUT, **{RATE.replace('.', '__'): 5})
+                               > max(_at(df, s, TPUT, **{RATE.replace('.', '__'): 5}) for s in ("dynamo", "vllm"))),
+              kind="holds"),
+    ]
+    if p99_collapse is not None:
+        claims.append(Claim(f"{modality}: P99 TTFT Dynamo / EAServe at 2 req/s", p99_collapse,
+                            lambda df: _at(df, "dynamo", "ttft_s.p99", **{RATE.replace('.', '__'): 2})
+                            / _at(df, "easerve", "ttft_s.p99", **{RATE.replace('.', '__'): 2})))
+    if modality == "image":
+        claims += [
+            Claim("image: Dynamo's encoder GPU busy < 10% at 2 req/s (Fig. 11)", 1,
+                  lambda df: float(_encoder_util(df, "dynamo") < 0.10), kind="holds"),
+            Claim("image: EAServe's encoder GPUs busy with local prefill, ~80% (Fig. 11)", 0.8,
+                  lambda df: _encoder_util(df, "easerve"), kind="level"),
+        ]
+    return Figure(
+        name=f"fig10-{modality}", sweep=f"fig10-{modality}.yaml",
+        plots=(("throughput-vs-rate", {"series": "system"}), ("ttft-vs-rate", {"series": "system"}),
+               ("line", {"series": "system", "metric": "tpot_s.p99"})),
+        claims=tuple(claims),
+    )
+
+
+FIGURES: tuple[Figure, ...] = (
+    # moderate tier goodput (paper): image 1.93 vs 0.95 (Dynamo) / 1.11 (vLLM); video 1.90 vs 0.95 / 1.32;
+    # audio 4.17 vs 0.98 / 2.77.
+    _fig9("image", 1.93 / 0.95, 1.93 / 1.11),
+    _fig9("video", 1.90 / 0.95, 1.90 / 1.32),
+    _fig9("audio", 4.17 / 0.98, 4.17 / 2.77),
+    _fig10("image", 233.8 / 10.8),
+    _fig10("video", 144.8 / 18.0),
+    _fig10("audio", None),
+    Figure(
+        name="table5", sweep="table5.yaml",
+        plots=(("bars", {"series": "system", "metric": TPUT, "group": "hardware.gpu"}),),
+        claims=(
+            Claim("RTX 6000 Ada: EAServe throughput at 5 req/s (req/s)", 1.95,
+                  lambda df: _at(df, "easerve", TPUT, hardware__gpu="rtx-6000-ada"), kind="level"),
+            Claim("A100: EAServe throughput at 5 req/s (req/s)", 4.91,
+                  lambda df: _at(df, "easerve", TPUT, hardware__gpu="a100-sxm-80gb"), kind="level"),
+            Claim("EAServe's P99 TTFT below Dynamo's on both platforms", 1,
+                  lambda df: float(all(_at(df, "easerve", "ttft_s.p99", hardware__gpu=g)
+                                       < _at(df, "dynamo", "ttft_s.p99", hardware__gpu=g)
+                                       for g in ("rtx-6000-ada", "a100-sxm-80gb"))), kind="holds"),
+        ),
+        quick_set=("workload.num_requests=150",),
+    ),
+    Figure(
+        name="table6", sweep="table6.yaml",
+        plots=(("bars", {"series": "deployment.local_prefill.sm_partitioning", "metric": "ttft_s.p99"}),),
+        claims=(
+            Claim("SM ablation: P99 TTFT dynamic < static < none", 1,
+                  lambda df: float(_sm(df, "dynamic") < _sm(df, "static") < _sm(df, "none")), kind="holds"),
+            Claim("SM ablation: no partitioning vs dynamic, P99 TTFT (+19%)", 0.19,
+                  lambda df: _sm(df, "none") / _sm(df, "dynamic") - 1, kind="change"),
+            Claim("SM ablation: static 50/50 vs dynamic, P99 TTFT (+11%)", 0.11,
+                  lambda df: _sm(df, "static") / _sm(df, "dynamic") - 1, kind="change"),
+        ),
+    ),
+    Figure(
+        name="table7", sweep="table7.yaml",
+        plots=(("bars", {"series": "system", "metric": "ttft_s.p99", "group": "workload.arrival.cv"}),),
+        claims=(
+            Claim("CV 2 vs Poisson: EAServe throughput change (within a few %)", -0.03,
+                  lambda df: _cv(df, 2.0, TPUT) / _cv(df, 1.0, TPUT) - 1, kind="change"),
+            Claim("CV 2 vs Poisson: EAServe P99 TTFT (+62%)", 0.62,
+                  lambda df: _cv(df, 2.0, "ttft_s.p99") / _cv(df, 1.0, "ttft_s.p99") - 1, kind="change"),
+        ),
+    ),
+)
+
+
+def _sm(df: pd.DataFrame, mode: str) -> float:
+    return float(df.loc[df["deployment.local_prefill.sm_partitioning"] == mode, "ttft_s.p99"].mean())
+
+
+def _cv(df: pd.DataFrame, cv: float, metric: str) -> float:
+    rows = df[(df["system"] == "easerve") & (df["workload.arrival.cv"] == cv)]
+    return float(rows[metric].mean())
