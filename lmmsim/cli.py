@@ -241,6 +241,52 @@ def cmd_reproduce(args) -> int:
     return 0
 
 
+def cmd_search(args) -> int:
+    from lmmsim.easerve import has
+
+    out = Path(args.output)
+    has.check_output_dir(out, args.force)  # fail before searching, not after
+    if args.method == "has":
+        has.require_optuna()
+    raw, scn, base_dir = has.read_raw(args.scenario, args.overrides)
+    problem = has.Problem(raw, scn, base_dir, rate=args.rate, trial_requests=args.trial_requests)
+    t0 = time.perf_counter()
+    result = has.search(problem, method=args.method, budget=args.budget, jobs=args.jobs, seed=args.seed,
+                        log=(lambda m: None) if args.quiet else (lambda m: print(m, flush=True)))
+    wall = time.perf_counter() - t0
+    paths = has.write_outputs(result, out)
+    if args.quiet:
+        return 0
+    s = result.summary
+    caps = s.get("capacities")
+    if caps:
+        enc = caps["encode_rps"]
+        print(f"capacities (req/s per worker): encode {'inf' if enc is None else f'{enc:.2f}'} "
+              f"(TP1, B={caps['encode_batch']}); prefill "
+              + ", ".join(f"TP{t} {c:.3f}" for t, c in caps["prefill_rps"].items()) + "; decode "
+              + ", ".join(f"TP{t} {c:.3f}" for t, c in caps["decode_rps"].items()))
+    alloc = s["allocations"]
+    line = f"allocations: {alloc['feasible']} feasible of {alloc['enumerated']}"
+    if "pruning" in s:
+        pr = s["pruning"]
+        line += (f", {pr['undominated']} undominated, {pr['within_capacity']} within capacity"
+                 + (" (none under load 1: least loaded kept)" if pr["capacity_fallback"] else "")
+                 + f", kept {pr['kept']}: " + ", ".join(
+                     f"{c['alloc']} (score {c['score']:.2f}, max load {c['max_load']:.2f})"
+                     for c in pr["kept_allocations"]))
+    print(line)
+    b = s["best"]
+    if b is None:
+        print("no trial finished")
+    else:
+        print(f"best ({s['method']}, trial {b['trial']} of {s['trials']}, stop: {s['stop_reason']}): {b['alloc']}, "
+              f"B={b['batch_bound']}, s={b['offload_s']:g} -> {b['throughput_rps']:.3f} req/s, mean TTFT "
+              f"{_fmt(b['ttft_mean_s'])} s, mean TPOT {_fmt(b['tpot_mean_s'], 1e3, 1)} ms")
+    print(f"rate {s['rate_rps']:g} req/s; simulated search cost {s['sim_cost_s']:.0f} s; wall {wall:.1f} s")
+    print(f"results in {out}/ ({', '.join(p.name for p in paths.values())})")
+    return 0
+
+
 def cmd_workload(args) -> int:
     from lmmsim import catalog
     from lmmsim.scenario import load_scenario
@@ -500,6 +546,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=int, help="local worker processes")
     p.add_argument("--force", action="store_true", help="reuse an existing output folder")
     p.set_defaults(func=cmd_reproduce)
+
+    p = sub.add_parser("search", help="EAServe's HAS: search the e_p_d allocation, encode batch bound and offload",
+                       description="Hybrid Auto Selection (easerve.txt 3.1) on an e_p_d scenario: Stage 1 profiles "
+                                   "per-worker stage capacities and prunes GPU allocations by bottleneck balance; "
+                                   "Stage 2 refines (allocation, B, s) with an Optuna TPE study of simulated "
+                                   "trials. Writes DIR/best.yaml (runnable scenario), DIR/trials.csv|parquet and "
+                                   "DIR/summary.json. --method random|coordinate: the baselines.")
+    _scenario_args(p)
+    p.add_argument("-o", "--output", required=True, help="search folder")
+    p.add_argument("--budget", type=int, default=30, help="trials at most (default 30)")
+    p.add_argument("--rate", type=float, help="target arrival rate in req/s (default: the scenario's)")
+    p.add_argument("--method", choices=("has", "random", "coordinate"), default="has")
+    p.add_argument("--jobs", type=int, default=1, help="trials simulated at once (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
+    p.add_argument("--trial-requests", dest="trial_requests", type=int, default=200,
+                   help="requests per simulated trial (default 200)")
+    p.add_argument("--force", action="store_true", help="overwrite an existing search folder")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing")
+    p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("profile", help="time a model's operators on this machine's CPU or GPU (needs torch)",
                        description="Build the models' real layer shapes with random weights and time every "

@@ -165,3 +165,17 @@ def test_every_system_conserves_requests_tokens_and_blocks(system):
         assert pool.num_free == pool.num_blocks
     util = run.summary["gpu_utilization"]["per_gpu"]
     assert len(util) == 4 and all(0 <= u <= 1 for u in util)
+
+
+def test_least_loaded_router_counts_requests_still_being_encoded():
+    """A burst of image requests spreads over the prefill workers although none of them
+    has reached a prefill queue yet (after_encode admission)."""
+    scn, base = load_scenario(BASE, ["system=dynamo", "model=qwen2.5-vl-7b", "hardware.gpu=h100-sxm-80gb",
+                                     "deployment=null", "deployment.max_model_len=32768", "policy=null",
+                                     "deployment.prefill={workers: 2, tp: 1}", "deployment.decode={tp: 1}",
+                                     "workload.num_requests=40", "workload.arrival={kind: deterministic, rate: 1000}",
+                                     "workload.mix=[{name: img, weight: 1, text_tokens: {kind: fixed, value: 50}, "
+                                     "images: {count: 1, width: 448, height: 448}}]"])
+    run = run_scenario(scn, base)
+    admitted = [e.scheduler._admit_counter for e in run.built.simulation.frontend.prefill]
+    assert sum(admitted) == 40 and min(admitted) >= 15, admitted

@@ -78,6 +78,9 @@ class EmbeddingInbox:
         self.bytes_per_token = bytes_per_token
         self.admit_when_complete = admit_when_complete
         self.trackers: dict[int, EmbeddingTracker] = {}  # request id -> its tracker, until all is consumed
+        # Requests routed here whose embeddings are still coming: load the engine
+        # does not see yet (after_encode admission), counted for the router.
+        self.num_awaiting = 0
 
     def tracker(self, seq) -> EmbeddingTracker:
         rid = seq.request.request_id
@@ -86,13 +89,18 @@ class EmbeddingInbox:
             req = seq.request
             tracker = self.trackers[rid] = EmbeddingTracker(req.media_segments, req.num_prompt_tokens,
                                                             self.bytes_per_token)
+            if not tracker.complete:
+                self.num_awaiting += 1
         return tracker
 
     def deliver(self, seq, indices: list[int]) -> None:
         tracker = self.tracker(seq)
+        was_complete = tracker.complete
         joined = tracker.mark_ready(indices)
         if joined:
             self.engine.scheduler.media_arrived(seq, joined)
+        if tracker.complete and not was_complete:
+            self.num_awaiting -= 1
         if tracker.complete and self.admit_when_complete:
             self.engine.submit(seq)
             return
@@ -191,7 +199,8 @@ class DisaggregatedFrontend:
         remote = self.num_remote
         if remote == 1:
             return 0
-        return self.router.route(seq.request, [e.load for e in self.prefill[:remote]])
+        return self.router.route(seq.request, [e.load + box.num_awaiting
+                                               for e, box in zip(self.prefill[:remote], self.inboxes)])
 
     # ------------------------------------------------------ embeddings E -> P
     def on_encoded(self, encoder: int, batch: list[EncodeItem]) -> None:
