@@ -16,7 +16,12 @@ def _is_sweep(path: Path) -> bool:
     return any(line.startswith("axes:") for line in path.read_text().splitlines())
 
 
-SCENARIOS = sorted(p for p in ROOT.rglob("*.yaml") if not _is_sweep(p))
+def _is_search_spec(path: Path) -> bool:
+    """A reproduction's search figure (runs `lmmsim search`, lmmsim/reproduce/easerve.py)."""
+    return any(line.startswith("methods:") for line in path.read_text().splitlines())
+
+
+SCENARIOS = sorted(p for p in ROOT.rglob("*.yaml") if not _is_sweep(p) and not _is_search_spec(p))
 SWEEPS = sorted(p for p in ROOT.rglob("*.yaml") if _is_sweep(p))
 SWEEP_SIZES = {"rate-vllm-vs-vllm-pp": 20, "fig4": 4, "fig12-1k": 45, "fig12-2k": 45, "fig16-high": 7,
                "fig16-low": 7, "fig17": 12, "fig18-1k": 18, "fig18-2k": 18, "fig20": 14,

@@ -62,6 +62,9 @@ class Figure:
     plots: tuple[tuple[str, dict], ...]
     claims: tuple[Claim, ...] = field(default=())
     quick_set: tuple[str, ...] = ("workload.num_requests=150",)
+    # Instead of running ``sweep`` as a sweep: ``make(sweep_path, folder, quick, jobs)``
+    # writes ``folder/results.parquet`` (one row per point, a ``status`` column) itself.
+    make: Callable[[Path, Path, bool, int | None], None] | None = None
 
 
 def reproduce(paper: str, out: Path, *, quick: bool = False, jobs: int | None = None, force: bool = False,
@@ -86,10 +89,14 @@ def reproduce(paper: str, out: Path, *, quick: bool = False, jobs: int | None = 
     rows = []
     for fig in chosen:
         sweep = ROOT / paper / fig.sweep
-        if quick and fig.quick_set:
-            sweep = _with_overrides(sweep, out / f".{fig.name}.quick.yaml", fig.quick_set)
         folder = out / fig.name
-        frame = run_sweep(sweep, folder, jobs=jobs, progress=False)
+        if fig.make is not None:
+            fig.make(sweep, folder, quick, jobs)
+            frame = pd.read_parquet(folder / "results.parquet")
+        else:
+            if quick and fig.quick_set:
+                sweep = _with_overrides(sweep, out / f".{fig.name}.quick.yaml", fig.quick_set)
+            frame = run_sweep(sweep, folder, jobs=jobs, progress=False)
         ok = frame[frame["status"] == "ok"]
         kinds = [kind for kind, _ in fig.plots]
         for kind, options in fig.plots:
