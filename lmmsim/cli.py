@@ -505,7 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plot", help="draw a figure from saved results",
                        description="Paper-style figures from saved results: KIND timeline (a run made with "
                                    "--trace) or ttft-vs-rate, throughput-vs-rate, slo-attainment-vs-rate, "
-                                   "goodput-vs-slo-scale, pareto, cdf, bars, utilization (a sweep folder).")
+                                   "goodput-vs-slo-scale, line, pareto, cdf, bars, utilization (a sweep folder).")
     p.add_argument("kind", metavar="KIND")
     p.add_argument("results", metavar="RESULTS", help="results directory (a run's, or a sweep's), or its file")
     p.add_argument("-o", "--output", required=True, help="figure file (.png or .pdf)")
@@ -514,7 +514,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--series", help="column that makes one line per value (default: system)")
     p.add_argument("--where", action="append", metavar="KEY=VALUE", help="keep only runs matching (repeatable)")
     p.add_argument("--stat", help="latency statistic: mean, p50, p90, p95, p99, max")
-    p.add_argument("--metric", help="column to plot (bars, throughput-vs-rate, cdf)")
+    p.add_argument("--metric", help="column to plot (bars, line, throughput-vs-rate, cdf)")
     p.add_argument("--modality", help="per-modality latency / SLO (text, image, video, audio)")
     p.add_argument("--normalize", help="pareto: x, overall or none")
     p.add_argument("--baseline", help="pareto: series to normalise by")

@@ -50,23 +50,10 @@ class PriorityScheduler(ContinuousBatchingScheduler):
         if plan is not None:
             yield from self.cohorts[plan.slot].members.values()
 
-    def _lowest(self, plan: StepPlan | None, above: tuple | None) -> SeqState | None:
-        """The lowest-priority evictable running request, if its key is worse than ``above``."""
-        worst, worst_key = None, above
-        for seq in self._idle_running(plan):
-            k = self._key(seq)
-            if worst_key is None or k > worst_key:
-                worst, worst_key = seq, k
-        return worst
-
     def _victim(self, cohort):
         # Decode-phase KV shortage: vLLM's priority policy evicts the lowest priority.
-        worst, worst_key = None, None
-        for seq in (*(s for s in self.prefilling if not s.in_flight), *cohort.members.values()):
-            k = self._key(seq)
-            if worst_key is None or k > worst_key:
-                worst, worst_key = seq, k
-        return worst
+        idle = (s for s in self.prefilling if not s.in_flight)
+        return max((*idle, *cohort.members.values()), key=self._key, default=None)
 
     # ----------------------------------------------------------- eviction
     def _evict(self, victim: SeqState, plan: StepPlan) -> None:

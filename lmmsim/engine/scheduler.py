@@ -258,10 +258,6 @@ class ContinuousBatchingScheduler:
                 return seq
         return None
 
-    def _grow_victim(self, seq: SeqState) -> SeqState | None:
-        """Whom to evict so that running prefill ``seq`` can grow (may be ``seq``)."""
-        return self._newest_idle_prefill()
-
     def _victim(self, cohort: DecodeCohort) -> SeqState | None:
         """The most recently admitted running request this batch may evict."""
         best = self._newest_idle_prefill()
@@ -393,7 +389,7 @@ class ContinuousBatchingScheduler:
         pool = self.pool
         extra = blocks_for(seq.num_scheduled + n, self.block_size) - seq.num_blocks
         while extra > pool.num_free:
-            victim = self._grow_victim(seq)
+            victim = self._newest_idle_prefill()
             if victim is None:
                 break
             self._preempt(victim, plan)
