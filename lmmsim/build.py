@@ -351,7 +351,8 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
         encoders = [
             EncoderWorker(env, e, f"encoder{e}", costs["encoder"], policies.create("encode_dispatch", enc_pool.dispatch),
                           placement["encoder"][e], (lambda e: lambda batch, s, t: frontend_box[0].on_encoded(e, batch))(e),
-                          step_log=log, run=runner(env, f"encoder{e}", placement["encoder"][e]), split=split_for(e))
+                          step_log=log, run=runner(env, f"encoder{e}", placement["encoder"][e]), split=split_for(e),
+                          call_overhead_s=enc_pool.call_overhead_s)
             for e in range(enc_pool.workers)
         ]
         enc_senders = [egress(env, link, enc_pool.tp, f"encoder{e}->{first}", enc_pool.max_in_flight_sends,

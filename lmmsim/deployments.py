@@ -88,6 +88,10 @@ class EncoderPoolConfig(_Strict):
     # One transfer per destination LLM worker for all requests of an encoder batch
     # (EAServe's envelope), instead of one per request.
     envelope_transfer: bool = False
+    # Host-side seconds per encoder call before its GPU pass (scheduling, kernel
+    # launches, input staging; EAServe 3.2: what dominates small batches). Not in
+    # the GPU cost model; 0 unless measured for your stack.
+    call_overhead_s: float = Field(0.0, ge=0)
 
     @property
     def gpus_per_worker(self) -> int:

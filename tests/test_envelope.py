@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from lmmsim.results import run_scenario
 from lmmsim.scenario import load_scenario
 
@@ -34,3 +36,21 @@ def test_envelope_sends_one_transfer_per_batch_and_destination():
         assert (df["status"] == "finished").all()
         media_rows = df[df["num_mm_tokens"] > 0]
         assert (media_rows["encode_finished_at"] <= media_rows["first_token_at"]).all()
+
+
+def test_encoder_call_overhead_delays_each_batch_and_leaves_the_gpu_idle():
+    base = ["workload.num_requests=30", "workload.arrival={kind: deterministic, rate: 0.2}",
+            "deployment.encoder.dispatch={kind: per_request}"]
+    scn, b = load_scenario(BASE, base)
+    plain = run_scenario(scn, b)
+    scn, b = load_scenario(BASE, [*base, "deployment.encoder.call_overhead_s=0.25"])
+    slow = run_scenario(scn, b)
+    media = plain.requests["num_mm_tokens"] > 0
+    # isolated requests (one every 5 s): each media request's encode span and TTFT grow by exactly 0.25 s
+    span = lambda df: (df["encode_finished_at"] - df["encode_started_at"])[media]  # noqa: E731
+    assert ((span(slow.requests) - span(plain.requests)).round(9) == 0.25).all()
+    assert ((slow.requests["ttft_s"] - plain.requests["ttft_s"])[media].round(9) == 0.25).all()
+    # the GPU's busy time does not count the host-side overhead
+    enc_gpu = 0
+    assert slow.summary["gpu_utilization"]["per_gpu"][enc_gpu] * slow.summary["window_s"] == \
+        pytest.approx(plain.summary["gpu_utilization"]["per_gpu"][enc_gpu] * plain.summary["window_s"], rel=1e-9)

@@ -33,6 +33,7 @@ class EncoderWorker:
         step_log: list | None = None,
         run=None,
         split=None,
+        call_overhead_s: float = 0.0,
     ):
         self.env = env
         self.index = index
@@ -51,6 +52,9 @@ class EncoderWorker:
         # ``split(batch)`` before a batch and ``split(None)`` after it: EAServe's
         # dynamic SM partitioning re-divides the GPU per micro-batch (None: fixed).
         self._split = split
+        # Host-side time per encoder call (scheduling, launches, input staging)
+        # before the GPU pass; the GPU is idle meanwhile. 0: not modelled.
+        self.call_overhead_s = call_overhead_s
         self.queue: deque[EncodeItem] = deque()
         self.busy_s = 0.0
         self.num_batches = 0
@@ -89,16 +93,19 @@ class EncoderWorker:
             start = env.now
             self._in_progress = len(batch)
             works = [it.segment.item.encoder for it in batch]
+            if self.call_overhead_s:
+                yield env.timeout_at(start + self.call_overhead_s)
+            gpu_start = env.now
             if self._run is None:
                 dur = self.cost.encode_s(works)
-                yield env.timeout_at(start + dur)
+                yield env.timeout_at(gpu_start + dur)
             else:
                 if self._split is not None:
                     self._split(batch)
                 yield self._run(*self.cost.encode_parts(works))
                 if self._split is not None:
                     self._split(None)
-                dur = env.now - start
+                dur = env.now - gpu_start
             end = env.now
             self.busy_s += dur
             self.num_batches += 1
@@ -111,6 +118,6 @@ class EncoderWorker:
                 seq.encode_finished_at = end
             if self.step_log is not None:
                 ids = tuple(dict.fromkeys(it.seq.request.request_id for it in batch))
-                self.step_log.append(StepRecord(self.name, start, end, "encode", ids,
+                self.step_log.append(StepRecord(self.name, gpu_start, end, "encode", ids,
                                                 sum(it.num_llm_tokens for it in batch), len(batch)))
             self.on_encoded(batch, start, end)
