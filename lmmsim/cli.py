@@ -252,6 +252,7 @@ def cmd_search(args) -> int:
     problem = has.Problem(raw, scn, base_dir, rate=args.rate, trial_requests=args.trial_requests)
     t0 = time.perf_counter()
     result = has.search(problem, method=args.method, budget=args.budget, jobs=args.jobs, seed=args.seed,
+                        executor=args.executor, address=args.address,
                         log=(lambda m: None) if args.quiet else (lambda m: print(m, flush=True)))
     wall = time.perf_counter() - t0
     paths = has.write_outputs(result, out)
@@ -559,6 +560,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, help="target arrival rate in req/s (default: the scenario's)")
     p.add_argument("--method", choices=("has", "random", "coordinate"), default="has")
     p.add_argument("--jobs", type=int, default=1, help="trials simulated at once (default 1)")
+    p.add_argument("--executor", choices=("local", "dask"), default="local",
+                   help="where trials run: local processes or a Dask cluster")
+    p.add_argument("--address", help="dask scheduler address (default: a local cluster of --jobs workers)")
     p.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
     p.add_argument("--trial-requests", dest="trial_requests", type=int, default=200,
                    help="requests per simulated trial (default 200)")

@@ -197,6 +197,17 @@ def test_parallel_trials_are_deterministic(scenario):
     assert _history(a) == _history(b)
 
 
+def test_dask_executor_gives_the_local_history(scenario):
+    pytest.importorskip("dask.distributed")
+    local = has.search(problem(scenario), method="random", budget=3, seed=3, jobs=2)
+    dask = has.search(problem(scenario), method="random", budget=3, seed=3, jobs=2, executor="dask")
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("wall_s", "cum_sim_cost_s")}  # noqa: E731
+                          for r in rows]
+    assert strip(dask.history) == strip(local.history)
+    with pytest.raises(has.UserError, match="executor"):
+        has.search(problem(scenario), method="random", budget=1, executor="ray")
+
+
 def test_best_yaml_loads_and_runs(scenario, tmp_path):
     from lmmsim.results import run_scenario
     from lmmsim.scenario import load_scenario

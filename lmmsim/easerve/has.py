@@ -647,13 +647,19 @@ class Evaluator:
     """Simulates trial configurations, in this process (``jobs = 1``) or a process pool,
     results in submission order; a configuration seen before is answered from memory."""
 
-    def __init__(self, problem: Problem, jobs: int = 1):
+    def __init__(self, problem: Problem, jobs: int = 1, executor: str = "local", address: str | None = None):
         if jobs < 1:
             raise UserError("--jobs", f"must be >= 1 (got {jobs})")
+        if executor not in ("local", "dask"):
+            raise UserError("--executor", f"unknown executor {executor!r}; valid: 'dask', 'local'")
         self.problem = problem
         self.jobs = jobs
         self.cache: dict[tuple, dict] = {}
         self._pool: ProcessPoolExecutor | None = None
+        # dask: trials run on the cluster at ``address`` (or a local one of ``jobs`` workers)
+        self.executor = executor
+        self.address = address
+        self._dask = None  # the open client context
 
     def __enter__(self):
         return self
@@ -665,6 +671,9 @@ class Evaluator:
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
+        if self._dask is not None:
+            self._dask.__exit__(None, None, None)
+            self._dask = None
 
     def run(self, configs: Sequence[Config]) -> list[tuple[dict, bool]]:
         """``(metrics, cached)`` per configuration."""
@@ -673,7 +682,14 @@ class Evaluator:
             if c.key() not in self.cache:
                 todo.setdefault(c.key(), c)
         tasks = [(self.problem.scenario_raw(c), str(self.problem.base_dir)) for c in todo.values()]
-        if len(tasks) > 1 and self.jobs > 1:
+        if tasks and self.executor == "dask":
+            if self._dask is None:
+                from lmmsim.sweep.executors import dask_client
+
+                self._dask = dask_client(self.jobs, self.address)
+                self._client = self._dask.__enter__()
+            results = self._client.gather(self._client.map(simulate, tasks, pure=False))
+        elif len(tasks) > 1 and self.jobs > 1:
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(max_workers=self.jobs)
             results = list(self._pool.map(simulate, tasks))
@@ -1067,8 +1083,11 @@ def _run_coordinate(problem: Problem, evaluator: Evaluator, allocs: list[Allocat
 def search(problem: Problem, *, method: str = "has", budget: int = DEFAULT_BUDGET, jobs: int = 1, seed: int = 0,
            tp_choices: Sequence[int] = TP_CHOICES, top_k: int = TOP_K, factor: float = PRUNING_FACTOR,
            min_trials: int = MIN_TRIALS, n_startup: int | None = None, drop_dominated: bool = True,
-           prune_rule: str = "score", log: Callable[[str], None] = lambda m: None) -> SearchResult:
-    """Run one search method on ``problem``; see the module docstring."""
+           prune_rule: str = "score", log: Callable[[str], None] = lambda m: None,
+           executor: str = "local", address: str | None = None) -> SearchResult:
+    """Run one search method on ``problem``; see the module docstring. ``executor``
+    ``dask`` runs the trials on a Dask cluster (``address``, or a local one of ``jobs``
+    workers); trials then complete in any order but are recorded in submission order."""
     if method not in METHODS:
         raise UserError("--method", f"unknown method {method!r}; valid: {', '.join(METHODS)}")
     if budget < 1:
@@ -1112,7 +1131,7 @@ def search(problem: Problem, *, method: str = "has", budget: int = DEFAULT_BUDGE
                               "infeasible_examples": dict(itertools.islice(infeasible.items(), 5))}
     quantum = TIE_TOLERANCE * problem.rate
     rec = _Recorder(method, quantum, start_cost)
-    with Evaluator(problem, jobs) as evaluator:
+    with Evaluator(problem, jobs, executor, address) as evaluator:
         if method == "has":
             pr = prune(feasible, caps, problem.rate, local=problem.local, factor=factor, top_k=top_k,
                        drop_dominated=drop_dominated, rule=prune_rule)

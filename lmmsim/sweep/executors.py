@@ -8,6 +8,7 @@ contract into its run dir itself, so nothing large travels back. With dask,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -127,10 +128,12 @@ def _local(tasks, jobs, on_done, on_start):
             raise
 
 
-def _dask(tasks, jobs, address, on_done, on_start):
+@contextlib.contextmanager
+def dask_client(jobs: int | None, address: str | None):
+    """A dask Client on ``address``, or on a local cluster of ``jobs`` one-thread
+    worker processes (closed on exit)."""
     try:
         from dask.distributed import Client, LocalCluster
-        from dask.distributed import as_completed as dask_as_completed
     except ImportError:
         raise UserError("--executor", "dask is not installed; pip install 'lmmsim[dask]'") from None
     cluster = None
@@ -140,15 +143,22 @@ def _dask(tasks, jobs, address, on_done, on_start):
         address = cluster.scheduler_address
     try:
         with Client(address) as client:
-            futures = {}
-            for t in tasks:
-                futures[client.submit(run_one, t, pure=False)] = t
-            on_start()
-            try:
-                return _collect(((futures[f], f.result) for f in dask_as_completed(list(futures))), on_done)
-            except BaseException:
-                client.cancel(list(futures))
-                raise
+            yield client
     finally:
         if cluster is not None:
             cluster.close()
+
+
+def _dask(tasks, jobs, address, on_done, on_start):
+    with dask_client(jobs, address) as client:
+        from dask.distributed import as_completed as dask_as_completed
+
+        futures = {}
+        for t in tasks:
+            futures[client.submit(run_one, t, pure=False)] = t
+        on_start()
+        try:
+            return _collect(((futures[f], f.result) for f in dask_as_completed(list(futures))), on_done)
+        except BaseException:
+            client.cancel(list(futures))
+            raise
