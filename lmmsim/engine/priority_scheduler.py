@@ -36,7 +36,6 @@ class PriorityScheduler(ContinuousBatchingScheduler):
         if not hasattr(queue, "sort_key"):
             raise ValueError("the priority scheduler needs a queue policy that scores requests")
         super().__init__(queue, *args, **kwargs)
-        self._plan: StepPlan | None = None
 
     # ----------------------------------------------------------- priorities
     def _key(self, seq: SeqState) -> tuple:
@@ -52,8 +51,7 @@ class PriorityScheduler(ContinuousBatchingScheduler):
 
     def _victim(self, cohort):
         # Decode-phase KV shortage: vLLM's priority policy evicts the lowest priority.
-        idle = (s for s in self.prefilling if not s.in_flight)
-        return max((*idle, *cohort.members.values()), key=self._key, default=None)
+        return max((*self._idle_running(None), *cohort.members.values()), key=self._key, default=None)
 
     # ----------------------------------------------------------- eviction
     def _evict(self, victim: SeqState, plan: StepPlan) -> None:
@@ -113,7 +111,6 @@ class PriorityScheduler(ContinuousBatchingScheduler):
         # ``budget`` is what the decodes left; evicting a decode gives its token back.
         total = budget + plan.num_decodes
         used = 0
-        self._plan = plan
         queue = self.queue
         admit = not plan.preempted  # as vLLM: no admissions after a decode-phase eviction
         running = sorted((s for s in self.prefilling if not s.busy), key=self._key)
@@ -140,8 +137,7 @@ class PriorityScheduler(ContinuousBatchingScheduler):
             # The waiting head is the most urgent candidate: make room for it by
             # evicting strictly lower-priority running requests, or stop admitting.
             # A request evicted in this step does not come straight back (no thrash).
-            n, enc = self._fit(w, min(w.num_tokens - w.num_scheduled, total - plan.num_decodes - used),
-                               enc_left, items)
+            n, enc = self._fit(w, min(w.num_tokens - w.num_scheduled, left), enc_left, items)
             slots = self.num_running - self.max_running + 1
             if (n <= 0 or any(w is v for v in plan.preempted)
                     or not self._make_room(w, blocks_for(n, self.block_size), plan, slots)):
@@ -155,4 +151,3 @@ class PriorityScheduler(ContinuousBatchingScheduler):
             queue.pop()
             used += n
             enc_left -= enc
-        self._plan = None
