@@ -262,3 +262,20 @@ def test_reproduce_easerve_one_figure(tmp_path):
     rows = [line for line in report.read_text().splitlines() if line.startswith("| table6 |")]
     assert len(rows) == 3 and all("nan" not in r for r in rows)
     assert (tmp_path / "rep" / "table6-bars.png").stat().st_size > 1000
+
+
+def test_quick_overrides_never_collide_with_a_figures_axes():
+    """--quick adds fixed overrides; a key the sweep also varies would make the sweep invalid."""
+    import yaml
+
+    from lmmsim.reproduce import PAPERS
+    from lmmsim.reproduce.core import ROOT
+
+    for paper, figures in PAPERS.items():
+        for fig in figures:
+            if fig.make is not None or not fig.quick_set:
+                continue
+            spec = yaml.safe_load((ROOT / paper / fig.sweep).read_text())
+            varied = {k for ax in spec.get("axes", []) for k in ax.get("params", {})}
+            quick = {s.split("=", 1)[0] for s in fig.quick_set}
+            assert not varied & quick, (paper, fig.name, varied & quick)

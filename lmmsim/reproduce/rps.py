@@ -100,7 +100,7 @@ def _text_lowest_everywhere(df: pd.DataFrame) -> float:
 
 
 def _rises_with_share(df: pd.DataFrame) -> float:
-    top = _top_rate(df).sort_values("workload.num_requests")  # 500/501/502 = 10/30/50% image + video
+    top = _top_rate(df).sort_values("name")  # share-10 / share-30 / share-50: % image + video
     for m in ("text", "image", "video"):
         v = top[f"by_modality.{m}.ttft_s.mean"].to_numpy()
         if np.any(np.diff(v) <= 0):
@@ -224,7 +224,7 @@ FIGURES: tuple[Figure, ...] = (
     Figure(
         name="fig15",
         sweep="fig15.yaml",
-        plots=tuple(("ttft-vs-rate", {"series": "workload.num_requests", "modality": m})
+        plots=tuple(("ttft-vs-rate", {"series": "name", "modality": m})
                     for m in ("text", "image", "video")),
         claims=(
             Claim("Text TTFT lowest of the modalities at every mix and rate", 1, _text_lowest_everywhere,
