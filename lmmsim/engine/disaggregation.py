@@ -188,7 +188,7 @@ class DisaggregatedFrontend:
         if self.streaming:
             engines[target].submit(seq)
         now = self.env.now
-        self.encoders[encoder].submit([EncodeItem(seq, seg, now, target) for seg in media])
+        self.encoders[encoder].submit([EncodeItem(seq, seg, now, target, i) for i, seg in enumerate(media)])
 
     def _prefill_target(self, seq, encoder: int) -> int:
         """Index of the prefill (or LLM) engine that prefills ``seq``. With local
@@ -219,10 +219,7 @@ class DisaggregatedFrontend:
         inbox = self.inboxes[items[0].target]
         per_request: dict = {}
         for it in items:
-            seq = it.seq
-            media = seq.request.media_segments
-            index = next(i for i, seg in enumerate(media) if seg is it.segment)
-            per_request.setdefault(id(seq), (seq, []))[1].append(index)
+            per_request.setdefault(id(it.seq), (it.seq, []))[1].append(it.index)
         num_bytes = sum(it.num_llm_tokens for it in items) * inbox.bytes_per_token
         sender = self.encoder_senders[encoder]
         tag = items[0].seq.request.request_id

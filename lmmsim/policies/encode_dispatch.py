@@ -36,6 +36,7 @@ class EncodeItem:
     segment: object  # its PromptSegment (``segment.item`` is the MediaItem)
     enqueued_at: float
     target: int = 0  # index of the LLM worker its embeddings go to
+    index: int = 0  # its place among the request's media items (prompt order)
 
     @property
     def num_llm_tokens(self) -> int:
