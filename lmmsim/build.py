@@ -100,10 +100,12 @@ def _worker_name(pool: str, index: int, monolithic: bool) -> str:
 MIN_RUNNING_SM_SHARE = 0.05
 
 
-def _sm_table(lp, encoder_cost, requests, dispatch):
+def _sm_table(lp, encoder_cost, requests, dispatch, call_overhead_s: float = 0.0):
     """EAServe's SM table (easerve.txt 3.4) for this workload: the encoder cost of the
     workload's most common media item, probed at ``lp.sm_levels`` for batches of 1 to
-    the dispatch bound (requests; 16 without one) items."""
+    the dispatch bound (requests; 16 without one) items. The latency probed is a whole
+    call's, host-side time (``call_overhead_s``, SM-independent) included, as a real
+    profile of encode-only passes measures it."""
     from collections import Counter
 
     from lmmsim.easerve.sm_table import build_sm_table, encode_latency_from_parts, parts_from_cost_model
@@ -113,7 +115,8 @@ def _sm_table(lp, encoder_cost, requests, dispatch):
         return None
     work = works.most_common(1)[0][0]
     max_batch = getattr(dispatch, "max_batch", None) or 16
-    latency = encode_latency_from_parts(parts_from_cost_model(encoder_cost, work))
+    gpu_latency = encode_latency_from_parts(parts_from_cost_model(encoder_cost, work))
+    latency = (lambda b, x: call_overhead_s + gpu_latency(b, x)) if call_overhead_s else gpu_latency
     return build_sm_table(latency, levels=lp.sm_levels, max_batch=max_batch, tolerance=lp.sm_tolerance)
 
 
@@ -249,7 +252,8 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
     sm_table = None
     lp = getattr(dep, "local_prefill", None)
     if lp is not None and lp.sm_partitioning == "dynamic":
-        sm_table = _sm_table(lp, costs["encoder"], requests, pools["encoder"].dispatch)
+        sm_table = _sm_table(lp, costs["encoder"], requests, pools["encoder"].dispatch,
+                             pools["encoder"].call_overhead_s)
 
     def arbiter(env, g):
         if g not in arbiters:

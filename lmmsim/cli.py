@@ -249,10 +249,11 @@ def cmd_search(args) -> int:
     if args.method == "has":
         has.require_optuna()
     raw, scn, base_dir = has.read_raw(args.scenario, args.overrides)
-    problem = has.Problem(raw, scn, base_dir, rate=args.rate, trial_requests=args.trial_requests)
+    problem = has.Problem(raw, scn, base_dir, rate=args.rate, trial_requests=args.trial_requests,
+                          deploy_s=args.deploy_cost)
     t0 = time.perf_counter()
     result = has.search(problem, method=args.method, budget=args.budget, jobs=args.jobs, seed=args.seed,
-                        executor=args.executor, address=args.address,
+                        executor=args.executor, address=args.address, coordinate_start=args.start,
                         log=(lambda m: None) if args.quiet else (lambda m: print(m, flush=True)))
     wall = time.perf_counter() - t0
     paths = has.write_outputs(result, out)
@@ -564,8 +565,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where trials run: local processes or a Dask cluster")
     p.add_argument("--address", help="dask scheduler address (default: a local cluster of --jobs workers)")
     p.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
+    p.add_argument("--start", choices=("scenario", "center"), default="scenario",
+                   help="coordinate descent's start: the scenario's configuration (default) or an uninformed "
+                        "one (the middle allocation, B = 1, s = 1)")
     p.add_argument("--trial-requests", dest="trial_requests", type=int, default=200,
                    help="requests per simulated trial (default 200)")
+    p.add_argument("--deploy-cost", dest="deploy_cost", type=float, default=120.0,
+                   help="seconds added to the search cost per deployment started (a trial, or a Stage 1 "
+                        "stage setting): weight loading and warm-up (default 120)")
     p.add_argument("--force", action="store_true", help="overwrite an existing search folder")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing")
     p.set_defaults(func=cmd_search)

@@ -90,7 +90,9 @@ class EncoderPoolConfig(_Strict):
     envelope_transfer: bool = False
     # Host-side seconds per encoder call before its GPU pass (scheduling, kernel
     # launches, input staging; EAServe 3.2: what dominates small batches). Not in
-    # the GPU cost model; 0 unless measured for your stack.
+    # the GPU cost model; 0 unless measured for your stack. On a GPU shared with
+    # local prefill the call keeps its SM share meanwhile (sm_split), with no SM
+    # busy; time-sliced, the other tenant runs meanwhile.
     call_overhead_s: float = Field(0.0, ge=0)
 
     @property

@@ -264,6 +264,28 @@ def test_reproduce_easerve_one_figure(tmp_path):
     assert (tmp_path / "rep" / "table6-bars.png").stat().st_size > 1000
 
 
+def test_reproduce_easerve_goodput_tiers(tmp_path):
+    """Fig. 9: a systems x rates sweep turned into goodput per tier (the highest rate meeting it)."""
+    import pandas as pd
+
+    from lmmsim.reproduce import reproduce
+
+    report = reproduce("easerve", tmp_path / "rep", quick=True, jobs=1, figures=["fig9-image"])
+    rows = [line for line in report.read_text().splitlines() if line.startswith("| fig9-image |")]
+    assert len(rows) == 3 and all("nan" not in r for r in rows)
+    tiers = pd.read_parquet(tmp_path / "rep" / "fig9-image" / "results.parquet")
+    runs = pd.read_parquet(tmp_path / "rep" / "fig9-image" / "sweep" / "results.parquet")
+    assert len(tiers) == 5 * 5 and set(tiers["slo.scale"]) == {2, 5, 10, 20, 50}
+    # the tiers scale the slowest system's P99s at the lowest rate
+    lowest = runs[runs["workload.arrival.rate"] == runs["workload.arrival.rate"].min()]
+    two = tiers[tiers["slo.scale"] == 2].iloc[0]
+    assert two["slo.ttft_p99_s"] == 2 * lowest["ttft_s.p99"].max()
+    assert two["slo.tpot_p99_s"] == 2 * lowest["tpot_s.p99"].max()
+    for _name, part in tiers.groupby("name"):  # a looser tier never lowers goodput
+        values = part.sort_values("slo.scale")["goodput_requests_per_s"].tolist()
+        assert values == sorted(values) and values[-1] <= runs["workload.arrival.rate"].max()
+
+
 def test_quick_overrides_never_collide_with_a_figures_axes():
     """--quick adds fixed overrides; a key the sweep also varies would make the sweep invalid."""
     import yaml

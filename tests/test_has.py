@@ -132,6 +132,40 @@ def test_seeds_by_hand():
     assert cand.b_max == 1 and cand.s_star == pytest.approx(1.0 / 1.9)
 
 
+def test_encode_capacity_follows_the_curve_at_the_batch_bound():
+    # an encoder whose calls cost mostly host time: capacity grows ~ B per call until the GPU shows
+    caps = Capacities(encode=7.0, prefill={2: 1.0}, decode={4: 2.5}, encode_batch=8,
+                      encode_curve={1: 1.0, 2: 2.0, 4: 3.5, 8: 7.0, 16: 7.0},
+                      encode_gpu_share={1: 0.05, 2: 0.1, 4: 0.2, 8: 0.4, 16: 0.4})
+    assert caps.encode_at(1) == 1.0 and caps.encode_at(2) == 2.0
+    assert caps.encode_at(3) == pytest.approx(2.75)  # linear between the profiled 2 and 4
+    assert caps.encode_at(100) == 7.0  # capped at the saturating bound
+    assert caps.gpu_share_at(3) == pytest.approx(0.15)
+    assert Capacities(encode=5.0, prefill={}, decode={}).encode_at(3) == 5.0  # no curve: the saturated C_E
+    assert Capacities(encode=5.0, prefill={}, decode={}).gpu_share_at(3) == 1.0
+    a = Allocation(n_e=2, n_p=1, tp_p=2, n_d=1, tp_d=4, local_tp=2)
+    # 5 req/s over 2 encoders: B_max = 3, so the pool serves 2 x 2.75, not 2 x 7
+    assert has.stage_capacities(a, caps, 5.0)["encode"] == pytest.approx(5.5)
+    rho = 5.0 / 5.5
+    # local prefill loses the GPU only while an encoder pass runs (15% of a busy encoder's time) ...
+    assert has.local_alpha(5.0, 5.5, gpu_share=0.15) == pytest.approx(1 - rho * 0.15)
+    assert has.prefill_capacities(a, caps, 5.0)[1] == pytest.approx(1 - rho * 0.15)
+    # ... or at least the smallest SM level a call holds; time slicing: the passes only
+    assert has.local_alpha(5.0, 5.5, LocalSettings("dynamic", min_sm_share=0.2), gpu_share=0.15) == \
+        pytest.approx(1 - rho * 0.2)
+    assert has.local_alpha(5.0, 5.5, LocalSettings("none"), gpu_share=0.15) == pytest.approx(1 - rho * 0.15)
+
+
+def test_stage1_cost_counts_deployments_and_parallel_stages():
+    run = has.ProfileRun
+    runs = [run("encode", 1, "x", 10, 1.0, 30.0, 0.0), run("encode", 2, "x", 10, 2.0, 20.0, 0.0),
+            run("prefill", 2, "x", 10, 1.0, 50.0, 0.0), run("prefill", 4, "x", 10, 1.0, 40.0, 0.0),
+            run("decode", 4, "x", 10, 1.0, 60.0, 0.0), run("decode", 4, "x", 10, 1.0, 30.0, 0.0)]
+    assert has.stage1_cost(runs) == 90.0  # stages in parallel: max(50, 90, 90)
+    # + one deployment for encode (B changes at run time), one per TP for prefill and decode
+    assert has.stage1_cost(runs, deploy_s=100.0) == 290.0  # prefill 90 + 2 x 100
+
+
 def test_enumerate_allocations():
     assert has.enumerate_allocations(5, [2], [2]) == [Allocation(1, 1, 2, 1, 2)]
     got = has.enumerate_allocations(6, [2], [2], local_tps=[2])
@@ -189,6 +223,21 @@ def test_baselines_run_the_same_trial_function(scenario):
     # B = 8 clipped to the full space's bound ceil(rate / min n_E) = 4
     assert c.history[0]["batch_bound"] == 4 and c.history[0]["offload_s"] == 0.55
     assert _history(has.search(pb, method="random", budget=4, seed=1)) == _history(r)
+    # an uninformed start: the middle of the allocation order, B = 1, s = 1
+    center = has.search(pb, method="coordinate", budget=2, coordinate_start="center")
+    assert (center.history[0]["batch_bound"], center.history[0]["offload_s"]) == (1, 1.0)
+    with pytest.raises(has.UserError, match="--start"):
+        has.search(pb, method="coordinate", budget=1, coordinate_start="nowhere")
+
+
+def test_each_trial_pays_a_deployment(scenario):
+    plain = has.search(problem(scenario, deploy_s=0.0), method="random", budget=4, seed=1)
+    paid = has.search(problem(scenario, deploy_s=100.0), method="random", budget=4, seed=1)
+    for a, b in zip(plain.history, paid.history):
+        assert b["cum_sim_cost_s"] - a["cum_sim_cost_s"] == pytest.approx(
+            100.0 * sum(not r["cached"] for r in paid.history[: b["trial"] + 1]))
+    with pytest.raises(has.UserError, match="--deploy-cost"):
+        problem(scenario, deploy_s=-1.0)
 
 
 def test_parallel_trials_are_deterministic(scenario):
@@ -273,4 +322,5 @@ def test_cli_search_user_errors(capsys, scenario, tmp_path):
     assert_user_error(capsys, ["search", quickstart, "-o", tmp_path / "a"], "deployment.kind", "e_p_d")
     assert_user_error(capsys, ["search", scenario, "-o", tmp_path / "b", "--budget", "0"], "--budget")
     assert_user_error(capsys, ["search", scenario, "-o", tmp_path / "c", "--rate", "-1"], "--rate")
+    assert_user_error(capsys, ["search", scenario, "-o", tmp_path / "e", "--deploy-cost", "-5"], "--deploy-cost")
     assert_user_error(capsys, ["search", tmp_path / "missing.yaml", "-o", tmp_path / "d"], "not found")

@@ -123,3 +123,23 @@ def test_local_prefill_errors(scenario_file, capsys, tmp_path):
                       "deployment", "local_prefill.tp")
     assert_user_error(capsys, ["run", scenario_file, "-o", tmp_path / "b", "--set",
                                "deployment.gpu_sharing={mode: time_slice}"], "gpu_sharing")
+
+
+def test_an_encoder_call_holds_its_sm_share_through_its_host_time(scenario_file, monkeypatch):
+    # dynamic: the split is installed when the call starts, call_overhead_s before its GPU pass; with
+    # 0.5 s of host time per call the probed latencies barely depend on SMs, so the table hands
+    # every batch the smallest level and local prefill the rest
+    calls = []
+    orig = SharedGpu.set_shares
+
+    def record(self, shares):
+        calls.append((self.gpu_id, self.env.now, dict(shares)))
+        return orig(self, shares)
+
+    monkeypatch.setattr(SharedGpu, "set_shares", record)
+    scn, base = load_scenario(scenario_file, ["deployment.encoder.call_overhead_s=0.5"])
+    out = run_scenario(scn, base, trace=True)
+    assert (out.requests["status"] == "finished").all()
+    passes = [r for r in out.built.step_log if r.worker == "encoder0"]
+    installs = {round(t, 9): s["encoder0"] for g, t, s in calls if g == 0 and s.get("encoder0", 0) > 0}
+    assert passes and all(installs.get(round(r.start_at - 0.5, 9)) == 0.2 for r in passes)

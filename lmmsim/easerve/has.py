@@ -58,15 +58,22 @@ schema needs a remote prefill worker. A candidate is *feasible* when
 :func:`lmmsim.build.build` accepts it (memory fit, head divisibility).
 
 *Loads at Λ* (:func:`stage_loads`): ``load = Λ / capacity`` per stage with
-``cap_E = n_E C_E``, ``cap_P = n_P C_P(tp_P) + n_L α C_P(tp_L)``,
+``cap_E = n_E C_E(B_max)`` (the encode curve at the allocation's batch bound
+``B_max = ceil(Λ / n_E)``, capped at the saturating B: an encoder whose calls
+cost fixed host time serves ~B per call, and Stage 2 never offers a B above
+``B_max``), ``cap_P = n_P C_P(tp_P) + n_L α C_P(tp_L)``,
 ``cap_D = n_D C_D(tp_D)`` (``n_L = n_E / tp_L`` local workers).
 
 *α* (:func:`local_alpha`, our choice; the paper names it without a formula):
 the share of a dedicated prefill worker's capacity a local one keeps.
-``dynamic`` and ``none``: ``α = 1 - ρ_E``, where ``ρ_E = min(1, Λ / cap_E)``
-is the encoders' busy fraction -- while its encoder runs the local worker is
-counted as stopped, otherwise it has the whole GPU (dynamic partitioning
-hands every SM to local prefill while the encoder is idle). ``static``:
+``dynamic``: ``α = 1 - ρ_E max(u_E, x_min)``, where ``ρ_E = min(1, Λ /
+cap_E)`` is the encoders' busy fraction, ``u_E`` the fraction of a busy
+encoder's time its GPU passes take (measured in the encode profile at the
+allocation's ``B_max``; a call's host-side time leaves the SMs idle) and
+``x_min`` the smallest SM level (a call holds at least that share throughout)
+-- the local worker is counted as losing the encoder's SM share while a call
+runs and having the whole GPU between calls. ``none`` (time slicing): ``α = 1
+- ρ_E u_E`` (only the GPU passes take the GPU). ``static``:
 ``α = 1 - static_encoder_share``. HBM-bandwidth interference is ignored.
 
 *Pruning* (:func:`prune`, pure): (1) drop allocations another one dominates
@@ -106,7 +113,8 @@ on the seeds alone (at an under-saturating Λ every good trial reaches Λ).
 
 Baselines under the same budget and trial function: ``random`` (uniform over
 every feasible allocation, ``B`` in ``[1, max B_max]``, ``s`` in [0, 1]) and
-``coordinate`` (coordinate descent from the scenario's own configuration:
+``coordinate`` (coordinate descent from the scenario's own configuration, or with
+``coordinate_start="center"`` from the middle allocation with B = 1, s = 1:
 alloc, then B, then s, each a line search over the neighbours ``±r`` in the
 allocation order, ``B ± r``, ``2B``, ``B // 2``, ``s ± step``; after a cycle
 without a move ``r`` grows by 1 and ``step`` halves; it stops early once
@@ -130,10 +138,14 @@ per run, and a trial only needs four numbers back.
 A configuration seen before is not simulated again: its trial repeats the
 earlier metrics with no simulated cost (``cached``).
 
-Search cost: ``sim_duration_s`` is the simulated time a trial's run lasted
-(what a real deployment would spend); ``cum_sim_cost_s`` adds them up, for
-HAS starting from the Stage 1 cost (the longest of the three stages'
-profiling, as they run in parallel on disjoint GPUs).
+Search cost: ``sim_duration_s`` is the simulated time a trial's run lasted;
+``cum_sim_cost_s`` adds, per trial, that time plus ``deploy_s`` (starting the
+trial's workers: loading weights and warming up, which on real hardware is
+most of a trial's "several minutes", easerve.txt §3.1; default
+``DEPLOY_S`` = 120 s, our assumption, ``--deploy-cost``), for HAS starting
+from the Stage 1 cost: the longest of the three stages' profiling (they run in
+parallel on disjoint GPUs), each its runs up to the stage's last completion
+plus one deployment per TP it profiles (one for encode).
 """
 
 from __future__ import annotations
@@ -160,6 +172,7 @@ OPTUNA_HINT = 'needs optuna: pip install "lmmsim[search]"'
 
 DEFAULT_BUDGET = 30
 DEFAULT_TRIAL_REQUESTS = 200
+DEPLOY_S = 120.0  # seconds to start a trial's workers (weights, warm-up); our assumption, see "Search cost"
 PRUNING_FACTOR = 1.2
 TOP_K = 3
 S_WINDOW = 0.2
@@ -236,10 +249,38 @@ class Capacities:
     decode: dict[int, float]
     encode_batch: int | None = None
     encode_curve: dict[int, float] = field(default_factory=dict)
+    # GPU-busy fraction of a saturated encoder per B (its calls' host time leaves the GPU
+    # idle); missing: 1 (every second of a call on the GPU).
+    encode_gpu_share: dict[int, float] = field(default_factory=dict)
+
+    def encode_at(self, batch_bound: int) -> float:
+        """One encoder's capacity when its batches hold at most ``batch_bound`` requests:
+        the profiled curve at ``min(batch_bound, encode_batch)``, linear between the
+        profiled (power-of-two) bounds; no curve: ``encode``."""
+        return self._on_curve(self.encode_curve, batch_bound, self.encode)
+
+    def gpu_share_at(self, batch_bound: int) -> float:
+        """The GPU-busy fraction of a saturated encoder at that bound (1 if not profiled)."""
+        return self._on_curve(self.encode_gpu_share, batch_bound, 1.0)
+
+    def _on_curve(self, curve: dict[int, float], batch_bound: int, default: float) -> float:
+        if not curve:
+            return default
+        points = sorted(curve.items())
+        b = min(batch_bound, self.encode_batch or points[-1][0])
+        lower = [(bb, c) for bb, c in points if bb <= b]
+        upper = [(bb, c) for bb, c in points if bb >= b]
+        if not lower:
+            return points[0][1]
+        (b0, c0), (b1, c1) = lower[-1], (upper[0] if upper else lower[-1])
+        if b1 == b0 or math.isinf(c0) or math.isinf(c1):
+            return c0
+        return c0 + (c1 - c0) * (b - b0) / (b1 - b0)
 
     def to_json(self) -> dict:
         return {"encode_rps": _finite(self.encode), "encode_batch": self.encode_batch,
                 "encode_curve_rps": {str(b): c for b, c in self.encode_curve.items()},
+                "encode_gpu_share": {str(b): u for b, u in self.encode_gpu_share.items()},
                 "prefill_rps": {str(t): c for t, c in sorted(self.prefill.items())},
                 "decode_rps": {str(t): c for t, c in sorted(self.decode.items())}}
 
@@ -250,15 +291,28 @@ class LocalSettings:
 
     sm_partitioning: str = "dynamic"
     static_encoder_share: float = 0.5
+    min_sm_share: float = 0.0  # dynamic: the smallest SM level an encoder call holds
 
 
-def local_alpha(rate: float, encode_capacity: float, local: LocalSettings = LocalSettings()) -> float:
+def local_alpha(rate: float, encode_capacity: float, local: LocalSettings = LocalSettings(),
+                gpu_share: float = 1.0) -> float:
     """α: the share of a dedicated prefill worker's capacity a local prefill worker
-    keeps, given the encoder pool's capacity ``encode_capacity`` (``n_E C_E``)."""
+    keeps, given the encoder pool's capacity ``encode_capacity`` (``n_E C_E``) and the
+    fraction ``gpu_share`` of a busy encoder's time that its GPU passes take (the rest,
+    host-side call time, leaves the GPU to local prefill)."""
     if local.sm_partitioning == "static":
         return 1.0 - local.static_encoder_share
     busy = 0.0 if math.isinf(encode_capacity) else min(1.0, rate / encode_capacity)
-    return max(0.0, 1.0 - busy)
+    if local.sm_partitioning == "none":  # time slicing: only the passes take the GPU
+        return max(0.0, 1.0 - busy * gpu_share)
+    return max(0.0, 1.0 - busy * max(gpu_share, local.min_sm_share))
+
+
+def encode_pool_capacity(alloc: Allocation, caps: Capacities, rate: float) -> float:
+    """``n_E C_E`` with each encoder's batches bounded by the allocation's ``B_max``
+    (our reading: a saturation capacity at a batch the search never offers would
+    hide encoders that are too few; the curve is what the paper's doubling records)."""
+    return alloc.n_e * caps.encode_at(seed_batch_bound(rate, alloc.n_e))
 
 
 def prefill_capacities(alloc: Allocation, caps: Capacities, rate: float,
@@ -267,14 +321,15 @@ def prefill_capacities(alloc: Allocation, caps: Capacities, rate: float,
     remote = alloc.n_p * caps.prefill[alloc.tp_p]
     if not alloc.local_tp:
         return remote, 0.0
-    alpha = local_alpha(rate, alloc.n_e * caps.encode, local)
+    alpha = local_alpha(rate, encode_pool_capacity(alloc, caps, rate), local,
+                        caps.gpu_share_at(seed_batch_bound(rate, alloc.n_e)))
     return remote, alloc.n_local * alpha * caps.prefill[alloc.local_tp]
 
 
 def stage_capacities(alloc: Allocation, caps: Capacities, rate: float,
                      local: LocalSettings = LocalSettings()) -> dict[str, float]:
     remote, loc = prefill_capacities(alloc, caps, rate, local)
-    return {"encode": alloc.n_e * caps.encode, "prefill": remote + loc, "decode": alloc.n_d * caps.decode[alloc.tp_d]}
+    return {"encode": encode_pool_capacity(alloc, caps, rate), "prefill": remote + loc, "decode": alloc.n_d * caps.decode[alloc.tp_d]}
 
 
 def stage_loads(alloc: Allocation, caps: Capacities, rate: float,
@@ -471,7 +526,7 @@ class Problem:
     feasibility, and knows the workload shape and local-prefill settings."""
 
     def __init__(self, raw: dict, scn, base_dir: Path, rate: float | None = None,
-                 trial_requests: int | None = DEFAULT_TRIAL_REQUESTS):
+                 trial_requests: int | None = DEFAULT_TRIAL_REQUESTS, deploy_s: float = DEPLOY_S):
         from lmmsim.systems import get_system
 
         if scn.deployment.kind != "e_p_d":
@@ -485,6 +540,9 @@ class Problem:
             raise UserError("--rate", f"must be a positive number of requests/s (got {rate})")
         if trial_requests is not None and trial_requests < 1:
             raise UserError("--trial-requests", f"must be >= 1 (got {trial_requests})")
+        if not (deploy_s >= 0 and math.isfinite(deploy_s)):
+            raise UserError("--deploy-cost", f"must be >= 0 seconds (got {deploy_s})")
+        self.deploy_s = float(deploy_s)
         self.raw = copy.deepcopy(raw)
         self.scn = scn
         self.base_dir = Path(base_dir)
@@ -494,7 +552,7 @@ class Problem:
         dep = scn.deployment
         self.has_local = dep.local_prefill is not None
         lp = dep.local_prefill
-        self.local = (LocalSettings(lp.sm_partitioning, lp.static_encoder_share) if lp is not None
+        self.local = (LocalSettings(lp.sm_partitioning, lp.static_encoder_share, min(lp.sm_levels)) if lp is not None
                       else LocalSettings())
         self.preset_dep = get_system(scn.system).defaults_for(scn.hardware.count).get("deployment", {}) or {}
         disp = dep.encoder.dispatch
@@ -722,6 +780,7 @@ class ProfileRun:
     wall_s: float
     arrival_rps: float = STRESS_RATE
     cached: bool = False
+    gpu_busy_fraction: float = 1.0
 
 
 def _span_rate(df, start_col: str, end_col: str) -> float:
@@ -812,8 +871,16 @@ def profile_capacities(problem: Problem, *, tp_choices: Sequence[int] = TP_CHOIC
             rate = _span_rate(run.requests, start_col, end_col)
         else:
             rate = _window_rate(run.requests, end_col)
-        rec = ProfileRun(stage, setting, alloc.label, n, rate, run.summary["sim_end_at_s"] or 0.0,
-                         time.perf_counter() - t0, arrival_rps=rate_in)
+        # A stage profile stops once the stage under test is done (a real one runs that
+        # stage alone): its cost is the time to the stage's last completion.
+        ends = run.requests[end_col].dropna()
+        # The first GPU's busy time over the stage's span (encode: the encoder's GPU
+        # passes, without its host-side call time).
+        span = float(ends.max() - run.requests[start_col].min()) if len(ends) else 0.0
+        busy = run.summary["gpu_utilization"]["per_gpu"][0] * (run.summary["window_s"] or 0.0)
+        rec = ProfileRun(stage, setting, alloc.label, n, rate, float(ends.max()) if len(ends) else 0.0,
+                         time.perf_counter() - t0, arrival_rps=rate_in,
+                         gpu_busy_fraction=min(1.0, busy / span) if span > 0 else 1.0)
         _CAPACITY_CACHE[ck] = rec
         runs.append(rec)
         return rate
@@ -823,12 +890,14 @@ def profile_capacities(problem: Problem, *, tp_choices: Sequence[int] = TP_CHOIC
 
     # Encode: double B until the capacity stops growing by more than 5%.
     curve: dict[int, float] = {}
+    gpu_share: dict[int, float] = {}
     b, prev = 1, None
     while True:
-        n = max(n0, 8 * b)
+        n = max(min(n0, 64), 8 * b)
         c = stress("encode", b, Allocation(1, 1, p_big, 1, d_big), b, n, True,
                       "encode_started_at", "encode_finished_at")
         curve[b] = c
+        gpu_share[b] = runs[-1].gpu_busy_fraction
         log(f"  encode B={b}: {c:.2f} req/s")
         if math.isinf(c) or (prev is not None and c <= prev * (1 + ENCODE_GROWTH)) or b >= MAX_PROFILE_BATCH:
             break
@@ -864,7 +933,7 @@ def profile_capacities(problem: Problem, *, tp_choices: Sequence[int] = TP_CHOIC
     max_running = getattr(problem.scn.policy.batching, "max_running", 256)
     c_d: dict[int, float] = {}
     for tp in role_tps["decode"]:
-        n = max(n0, min(4 * _decode_concurrency(problem, Allocation(1, 1, tp_up, 1, tp), max_running), 2000))
+        n = max(n0, min(2 * _decode_concurrency(problem, Allocation(1, 1, tp_up, 1, tp), max_running), 2000))
         c = stress("decode", tp, Allocation(1, 2, tp_up, 1, tp), b_sat, n, False, "first_token_at", "finished_at")
         best, rate_in, step = c, c, None
         for _ in range(6):
@@ -880,16 +949,20 @@ def profile_capacities(problem: Problem, *, tp_choices: Sequence[int] = TP_CHOIC
         c = best
         c_d[tp] = c
         log(f"  decode TP{tp}: {c:.3f} req/s")
-    return Capacities(c_e, c_p, c_d, b_sat, curve), runs, role_tps
+    return Capacities(c_e, c_p, c_d, b_sat, curve, gpu_share), runs, role_tps
 
 
-def stage1_cost(runs: Sequence[ProfileRun]) -> float:
-    """Simulated profiling time: the three stages run in parallel on disjoint GPUs. A run
-    answered from the in-memory cache still counts: the cost belongs to the method."""
+def stage1_cost(runs: Sequence[ProfileRun], deploy_s: float = 0.0) -> float:
+    """Simulated profiling time: the three stages run in parallel on disjoint GPUs, each
+    the sum of its runs plus ``deploy_s`` per deployment it needs (one for encode, whose
+    B changes at run time; one per TP for prefill and decode). A run answered from the
+    in-memory cache still counts: the cost belongs to the method."""
     per: dict[str, float] = {}
+    deployments: dict[str, set] = {}
     for r in runs:
         per[r.stage] = per.get(r.stage, 0.0) + r.sim_duration_s
-    return max(per.values(), default=0.0)
+        deployments.setdefault(r.stage, set()).add(None if r.stage == "encode" else r.setting)
+    return max((per[k] + deploy_s * len(deployments[k]) for k in per), default=0.0)
 
 
 # ------------------------------------------------------------------ search driver
@@ -910,8 +983,9 @@ class SearchResult:
 
 
 class _Recorder:
-    def __init__(self, method: str, quantum: float, start_cost: float = 0.0):
+    def __init__(self, method: str, quantum: float, start_cost: float = 0.0, deploy_s: float = 0.0):
         self.method = method
+        self.deploy_s = deploy_s
         self.quantum = quantum
         self.rows: list[dict] = []
         self.cost = start_cost
@@ -919,7 +993,7 @@ class _Recorder:
     def add(self, config: Config, metrics: dict, cached: bool) -> dict:
         a = config.alloc
         sim = 0.0 if cached else metrics["sim_duration_s"]
-        self.cost += sim
+        self.cost += sim + (0.0 if cached else self.deploy_s)
         row = {"trial": len(self.rows), "method": self.method, "alloc": a.label, "n_e": a.n_e, "n_p": a.n_p,
                "tp_p": a.tp_p, "n_d": a.n_d, "tp_d": a.tp_d, "local_tp": a.local_tp,
                "batch_bound": int(config.batch_bound), "offload_s": float(config.offload_s),
@@ -1024,11 +1098,17 @@ def _run_random(problem: Problem, evaluator: Evaluator, allocs: list[Allocation]
     return "budget"
 
 
+COORDINATE_STARTS = ("scenario", "center")
+
+
 def _run_coordinate(problem: Problem, evaluator: Evaluator, allocs: list[Allocation], budget: int,
-                    rec: _Recorder) -> str:
+                    rec: _Recorder, start_at: str = "scenario") -> str:
+    """``start_at``: ``scenario`` -- the scenario's own configuration (a user's warm
+    start); ``center`` -- an uninformed start: the middle allocation of the order with
+    Dynamo's pass-through settings B = 1, s = 1 (easerve.txt §3.1)."""
     order = sorted(allocs, key=Allocation.sort_key)
     b_full = _full_b(problem, order)
-    start = problem.default_config()
+    start = problem.default_config() if start_at == "scenario" else Config(order[len(order) // 2], 1, 1.0)
     idx = order.index(start.alloc) if start.alloc in order else len(order) // 2
     cur = Config(order[idx], min(max(start.batch_bound, 1), b_full),
                  start.offload_s if order[idx].local_tp else 1.0)
@@ -1084,12 +1164,15 @@ def search(problem: Problem, *, method: str = "has", budget: int = DEFAULT_BUDGE
            tp_choices: Sequence[int] = TP_CHOICES, top_k: int = TOP_K, factor: float = PRUNING_FACTOR,
            min_trials: int = MIN_TRIALS, n_startup: int | None = None, drop_dominated: bool = True,
            prune_rule: str = "score", log: Callable[[str], None] = lambda m: None,
-           executor: str = "local", address: str | None = None) -> SearchResult:
+           executor: str = "local", address: str | None = None, coordinate_start: str = "scenario"
+           ) -> SearchResult:
     """Run one search method on ``problem``; see the module docstring. ``executor``
     ``dask`` runs the trials on a Dask cluster (``address``, or a local one of ``jobs``
     workers); trials then complete in any order but are recorded in submission order."""
     if method not in METHODS:
         raise UserError("--method", f"unknown method {method!r}; valid: {', '.join(METHODS)}")
+    if coordinate_start not in COORDINATE_STARTS:
+        raise UserError("--start", f"unknown start {coordinate_start!r}; valid: {', '.join(COORDINATE_STARTS)}")
     if budget < 1:
         raise UserError("--budget", f"must be >= 1 (got {budget})")
     if jobs < 1:
@@ -1099,6 +1182,7 @@ def search(problem: Problem, *, method: str = "has", budget: int = DEFAULT_BUDGE
     t0 = time.perf_counter()
     summary: dict = {"method": method, "rate_rps": problem.rate, "budget": budget, "jobs": jobs, "seed": seed,
                      "gpu_budget": problem.budget, "trial_requests": problem.trial_requests,
+                     "deploy_cost_s": problem.deploy_s,
                      "scenario": problem.scn.name, "model": problem.scn.model,
                      "hardware": f"{problem.scn.hardware.count}x {problem.scn.hardware.gpu}"}
     caps, runs, role_tps = None, [], None
@@ -1106,7 +1190,7 @@ def search(problem: Problem, *, method: str = "has", budget: int = DEFAULT_BUDGE
     if method == "has":
         log("Stage 1: profiling per-worker capacities")
         caps, runs, role_tps = profile_capacities(problem, tp_choices=tp_choices, log=log)
-        start_cost = stage1_cost(runs)
+        start_cost = stage1_cost(runs, problem.deploy_s)
         summary["capacities"] = caps.to_json()
         summary["profiling"] = {"runs": [asdict(r) for r in runs], "sim_cost_s": start_cost,
                                 "wall_s": sum(r.wall_s for r in runs)}
@@ -1130,7 +1214,7 @@ def search(problem: Problem, *, method: str = "has", budget: int = DEFAULT_BUDGE
     summary["allocations"] = {"enumerated": len(allocs), "feasible": len(feasible),
                               "infeasible_examples": dict(itertools.islice(infeasible.items(), 5))}
     quantum = TIE_TOLERANCE * problem.rate
-    rec = _Recorder(method, quantum, start_cost)
+    rec = _Recorder(method, quantum, start_cost, problem.deploy_s)
     with Evaluator(problem, jobs, executor, address) as evaluator:
         if method == "has":
             pr = prune(feasible, caps, problem.rate, local=problem.local, factor=factor, top_k=top_k,
@@ -1146,7 +1230,7 @@ def search(problem: Problem, *, method: str = "has", budget: int = DEFAULT_BUDGE
         elif method == "random":
             reason = _run_random(problem, evaluator, feasible, budget, seed, rec)
         else:
-            reason = _run_coordinate(problem, evaluator, feasible, budget, rec)
+            reason = _run_coordinate(problem, evaluator, feasible, budget, rec, coordinate_start)
     rows = rec.rows
     bi = best_index(rows)
     best = rows[bi] if bi is not None else None

@@ -52,8 +52,12 @@ class EncoderWorker:
         # ``split(batch)`` before a batch and ``split(None)`` after it: EAServe's
         # dynamic SM partitioning re-divides the GPU per micro-batch (None: fixed).
         self._split = split
-        # Host-side time per encoder call (scheduling, launches, input staging)
-        # before the GPU pass; the GPU is idle meanwhile. 0: not modelled.
+        # Host-side time per encoder call (scheduling, launches, input staging):
+        # part of the call, before its GPU work, with no SM busy. The call's SM split
+        # (``split``) is installed first and held throughout, as a TPC mask set per
+        # micro-batch is. On a time-sliced GPU the other tenant runs meanwhile (the
+        # launch gaps leave the GPU to it); only the GPU pass waits its turn. 0: not
+        # modelled.
         self.call_overhead_s = call_overhead_s
         self.queue: deque[EncodeItem] = deque()
         self.busy_s = 0.0
@@ -93,6 +97,8 @@ class EncoderWorker:
             start = env.now
             self._in_progress = len(batch)
             works = [it.segment.item.encoder for it in batch]
+            if self._split is not None:
+                self._split(batch)
             if self.call_overhead_s:
                 yield env.timeout_at(start + self.call_overhead_s)
             gpu_start = env.now
@@ -100,8 +106,6 @@ class EncoderWorker:
                 dur = self.cost.encode_s(works)
                 yield env.timeout_at(gpu_start + dur)
             else:
-                if self._split is not None:
-                    self._split(batch)
                 yield self._run(*self.cost.encode_parts(works))
                 if self._split is not None:
                     self._split(None)

@@ -95,7 +95,7 @@ def reproduce(paper: str, out: Path, *, quick: bool = False, jobs: int | None = 
             frame = pd.read_parquet(folder / "results.parquet")
         else:
             if quick and fig.quick_set:
-                sweep = _with_overrides(sweep, out / f".{fig.name}.quick.yaml", fig.quick_set)
+                sweep = with_overrides(sweep, out / f".{fig.name}.quick.yaml", fig.quick_set)
             frame = run_sweep(sweep, folder, jobs=jobs, progress=False)
         ok = frame[frame["status"] == "ok"]
         kinds = [kind for kind, _ in fig.plots]
@@ -127,7 +127,7 @@ def _plot_file(figure: str, kind: str, options: dict) -> str:
     return "-".join([figure, kind, *extra]) + ".png"
 
 
-def _with_overrides(sweep: Path, target: Path, sets: tuple[str, ...]) -> Path:
+def with_overrides(sweep: Path, target: Path, sets: tuple[str, ...]) -> Path:
     """A copy of ``sweep`` with extra fixed overrides (``--quick``), base path kept absolute."""
     import yaml
 
