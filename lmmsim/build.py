@@ -95,8 +95,8 @@ def _worker_name(pool: str, index: int, monolithic: bool) -> str:
     return f"{'replica' if monolithic else pool}{index}"
 
 
-# A local prefill run in flight keeps this SM share when a batch would take every SM
-# (set_shares cannot stop a running kernel); our choice, 5%.
+# Local prefill keeps this SM share when a batch would take every SM (set_shares cannot
+# stop a running kernel, and it may start a step during the call); our choice, 5%.
 MIN_RUNNING_SM_SHARE = 0.05
 
 
@@ -343,10 +343,9 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
                 if batch is None:
                     shares = {enc: 0.0, local: 1.0}
                 else:
-                    share = sm_table.share_for(len({id(it.seq) for it in batch}))
-                    # a running local prefill keeps a sliver of SMs (a kernel cannot stop mid-flight)
-                    if share >= 1.0 and any(local in a.active_workers for a in arbs):
-                        share = 1.0 - MIN_RUNNING_SM_SHARE
+                    # local prefill keeps a sliver of SMs: a kernel of its cannot stop
+                    # mid-flight, and it may start a step while the call runs
+                    share = min(sm_table.share_for(len({id(it.seq) for it in batch})), 1.0 - MIN_RUNNING_SM_SHARE)
                     shares = {enc: share, local: round(1.0 - share, 12)}
                 for a in arbs:
                     a.set_shares(shares)

@@ -143,3 +143,19 @@ def test_an_encoder_call_holds_its_sm_share_through_its_host_time(scenario_file,
     passes = [r for r in out.built.step_log if r.worker == "encoder0"]
     installs = {round(t, 9): s["encoder0"] for g, t, s in calls if g == 0 and s.get("encoder0", 0) > 0}
     assert passes and all(installs.get(round(r.start_at - 0.5, 9)) == 0.2 for r in passes)
+
+
+def test_local_prefill_keeps_a_sliver_when_encode_takes_every_sm(scenario_file, monkeypatch):
+    # one SM level (1.0): every call would take the whole GPU, yet local prefill may start a step
+    # during a call (its host time included); it runs on the floor share instead of failing
+    calls = []
+    orig = SharedGpu.set_shares
+
+    def record(self, shares):
+        calls.append(dict(shares))
+        return orig(self, shares)
+
+    monkeypatch.setattr(SharedGpu, "set_shares", record)
+    out = run(scenario_file, "deployment.encoder.call_overhead_s=0.3", "deployment.local_prefill.sm_levels=[1.0]")
+    assert (out.requests["status"] == "finished").all()
+    assert {c["encoder0"] for c in calls if "encoder0" in c} == {0.0, 0.95}
