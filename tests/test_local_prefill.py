@@ -33,6 +33,20 @@ def scenario_file(tmp_path):
     return path
 
 
+@pytest.fixture
+def share_calls(monkeypatch):
+    """Every SharedGpu.set_shares call as (gpu id, time, shares), in order."""
+    calls = []
+    orig = SharedGpu.set_shares
+
+    def record(self, shares):
+        calls.append((self.gpu_id, self.env.now, dict(shares)))
+        return orig(self, shares)
+
+    monkeypatch.setattr(SharedGpu, "set_shares", record)
+    return calls
+
+
 def run(path, *overrides):
     scn, base = load_scenario(path, list(overrides))
     return run_scenario(scn, base)
@@ -75,34 +89,26 @@ def test_s1_with_idle_local_workers_equals_no_local_prefill(scenario_file):
     assert a.requests["finished_at"].tolist() == b.requests["finished_at"].tolist()
 
 
-def test_sm_partitioning_modes(scenario_file, monkeypatch):
-    calls = []
-    orig = SharedGpu.set_shares
-
-    def record(self, shares):
-        calls.append(dict(shares))
-        return orig(self, shares)
-
-    monkeypatch.setattr(SharedGpu, "set_shares", record)
+def test_sm_partitioning_modes(scenario_file, share_calls):
     results = {}
     for mode in ("none", "static", "dynamic"):
-        calls.clear()
+        share_calls.clear()
         out = run(scenario_file, f"deployment.local_prefill.sm_partitioning={mode}")
         assert (out.requests["status"] == "finished").all()
         results[mode] = out.summary
         arbs = out.built.simulation.frontend.arbiters
         assert sorted(arbs) == [0, 1]  # the two encoder GPUs are shared, the others are not
         if mode == "none":
-            assert all(a.mode == "time_slice" for a in arbs.values()) and not calls
+            assert all(a.mode == "time_slice" for a in arbs.values()) and not share_calls
         elif mode == "static":
-            assert all(a.mode == "sm_split" for a in arbs.values()) and not calls
+            assert all(a.mode == "sm_split" for a in arbs.values()) and not share_calls
             assert all(a.shares == {f"encoder{i}": 0.5, "local_prefill0": 0.5} for i, a in arbs.items())
         else:
             levels = {0.2, 0.4, 0.6, 0.8, 1.0, 0.95, 0.0}  # the SM table's levels, the floor, idle
-            enc_shares = [v for c in calls for k, v in c.items() if k.startswith("encoder")]
+            enc_shares = [v for _, _, c in share_calls for k, v in c.items() if k.startswith("encoder")]
             assert enc_shares and set(enc_shares) <= levels
             assert 0.0 in enc_shares  # between batches local prefill gets every SM
-            for c in calls:
+            for _, _, c in share_calls:
                 assert sum(c.values()) == pytest.approx(1.0)
     # the paper's ordering on mean TTFT: dynamic no worse than either fixed scheme here
     assert results["dynamic"]["ttft_s"]["mean"] <= results["static"]["ttft_s"]["mean"]
@@ -125,37 +131,21 @@ def test_local_prefill_errors(scenario_file, capsys, tmp_path):
                                "deployment.gpu_sharing={mode: time_slice}"], "gpu_sharing")
 
 
-def test_an_encoder_call_holds_its_sm_share_through_its_host_time(scenario_file, monkeypatch):
+def test_an_encoder_call_holds_its_sm_share_through_its_host_time(scenario_file, share_calls):
     # dynamic: the split is installed when the call starts, call_overhead_s before its GPU pass; with
     # 0.5 s of host time per call the probed latencies barely depend on SMs, so the table hands
     # every batch the smallest level and local prefill the rest
-    calls = []
-    orig = SharedGpu.set_shares
-
-    def record(self, shares):
-        calls.append((self.gpu_id, self.env.now, dict(shares)))
-        return orig(self, shares)
-
-    monkeypatch.setattr(SharedGpu, "set_shares", record)
     scn, base = load_scenario(scenario_file, ["deployment.encoder.call_overhead_s=0.5"])
     out = run_scenario(scn, base, trace=True)
     assert (out.requests["status"] == "finished").all()
     passes = [r for r in out.built.step_log if r.worker == "encoder0"]
-    installs = {round(t, 9): s["encoder0"] for g, t, s in calls if g == 0 and s.get("encoder0", 0) > 0}
+    installs = {round(t, 9): s["encoder0"] for g, t, s in share_calls if g == 0 and s.get("encoder0", 0) > 0}
     assert passes and all(installs.get(round(r.start_at - 0.5, 9)) == 0.2 for r in passes)
 
 
-def test_local_prefill_keeps_a_sliver_when_encode_takes_every_sm(scenario_file, monkeypatch):
+def test_local_prefill_keeps_a_sliver_when_encode_takes_every_sm(scenario_file, share_calls):
     # one SM level (1.0): every call would take the whole GPU, yet local prefill may start a step
     # during a call (its host time included); it runs on the floor share instead of failing
-    calls = []
-    orig = SharedGpu.set_shares
-
-    def record(self, shares):
-        calls.append(dict(shares))
-        return orig(self, shares)
-
-    monkeypatch.setattr(SharedGpu, "set_shares", record)
     out = run(scenario_file, "deployment.encoder.call_overhead_s=0.3", "deployment.local_prefill.sm_levels=[1.0]")
     assert (out.requests["status"] == "finished").all()
-    assert {c["encoder0"] for c in calls if "encoder0" in c} == {0.0, 0.95}
+    assert {c["encoder0"] for _, _, c in share_calls if "encoder0" in c} == {0.0, 0.95}
