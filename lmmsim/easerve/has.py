@@ -25,9 +25,12 @@ scenario's own model, GPU and request mix (:func:`profile_capacities`):
   ``encode_started_at``. Encoding never waits for downstream (embedding
   sends queue behind it), so nothing else needs isolating. ``B`` doubles
   (1, 2, 4, ...) until the capacity grows by no more than 5%; ``C_E`` is the
-  largest capacity seen (``encode_batch``: its B). Text-only requests count
-  in ``N`` (so ``C_E`` is "requests of this mix per second"); a mix without
-  media has ``C_E = inf``.
+  largest capacity seen (``encode_batch``: its B); the curve (capacity per
+  B) and the encoder GPU's busy share of each run (``u_E``: a call's host-side
+  time leaves it idle) are kept. Runs hold ``8 B`` requests, at least 64
+  (or the trial size if smaller). Text-only requests count in ``N`` (so
+  ``C_E`` is "requests of this mix per second"); a mix without media has
+  ``C_E = inf``.
 * ``C_P(tp)`` (one prefill worker at ``tp``): completions = ``first_token_at``,
   start = ``prefill_started_at``; every request asks for one output token,
   so the (largest-TP) decode worker never pushes back; the encoder pool is
@@ -42,7 +45,7 @@ scenario's own model, GPU and request mix (:func:`profile_capacities`):
   behind) until the worker falls behind (completes under 90% of the stream),
   prefill (the TP with the highest capacity) and encoders sized to 1.25x the
   stream. A stream's rate = completions between the 20% and the 80%
-  completion per second; ``C_D`` = the highest rate seen. Runs hold 4x the
+  completion per second; ``C_D`` = the highest rate seen. Runs hold 2x the
   worker's concurrency (KV capacity / tokens per request, at most
   ``max_running``; at most 2000 requests).
 
