@@ -72,6 +72,7 @@ _X_LABELS = {
     "slo_scale": "SLO scale (×)",
     "slo.scale": "SLO scale (×)",
     "deployment.encoder.dispatch.embedding_batch_tokens": "embedding batch size C (tokens)",
+    "cum_sim_cost_s": "search cost so far (simulated s)",
 }
 _METRIC_LABELS = {
     "ttft_s": "TTFT (s)",
@@ -84,6 +85,7 @@ _METRIC_LABELS = {
     "goodput_requests_per_s": "goodput (req/s)",
     "slo_attainment": "SLO attainment (%)",
     "gpu_utilization.mean": "GPU utilization (%)",
+    "best_throughput_rps": "best throughput so far (req/s)",
 }
 _PERCENT_METRICS = ("slo_attainment", "gpu_utilization.mean")
 _THROUGHPUT_METRICS = {
