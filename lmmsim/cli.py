@@ -250,7 +250,7 @@ def cmd_search(args) -> int:
         has.require_optuna()
     raw, scn, base_dir = has.read_raw(args.scenario, args.overrides)
     problem = has.Problem(raw, scn, base_dir, rate=args.rate, trial_requests=args.trial_requests,
-                          deploy_s=args.deploy_cost)
+                          deploy_s=has.DEPLOY_S if args.deploy_cost is None else args.deploy_cost)
     t0 = time.perf_counter()
     result = has.search(problem, method=args.method, budget=args.budget, jobs=args.jobs, seed=args.seed,
                         executor=args.executor, address=args.address, coordinate_start=args.start,
@@ -570,7 +570,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "one (the middle allocation, B = 1, s = 1)")
     p.add_argument("--trial-requests", dest="trial_requests", type=int, default=200,
                    help="requests per simulated trial (default 200)")
-    p.add_argument("--deploy-cost", dest="deploy_cost", type=float, default=120.0,
+    p.add_argument("--deploy-cost", dest="deploy_cost", type=float, default=None,
                    help="seconds added to the search cost per deployment started (a trial, or a Stage 1 "
                         "stage setting): weight loading and warm-up (default 120)")
     p.add_argument("--force", action="store_true", help="overwrite an existing search folder")
