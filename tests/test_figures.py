@@ -286,6 +286,19 @@ def test_reproduce_easerve_goodput_tiers(tmp_path):
         assert values == sorted(values) and values[-1] <= runs["workload.arrival.rate"].max()
 
 
+def test_claim_misses_by_direction_or_magnitude():
+    from lmmsim.reproduce.core import Claim
+
+    ratio = Claim("x", 2.0, lambda df: 0.0, why="because")
+    assert not ratio.misses(2.2)  # magnitude 1.2
+    assert ratio.misses(3.0)  # magnitude 2.0
+    assert ratio.misses(0.9)  # wrong side of 1
+    holds = Claim("y", 1, lambda df: 0.0, kind="holds")
+    assert holds.misses(0.0) and not holds.misses(1.0)
+    level = Claim("z", 4.0, lambda df: 0.0, kind="level")
+    assert not level.misses(3.0) and level.misses(2.0)  # no direction; 0.75 in range, 0.5 out
+
+
 def test_quick_overrides_never_collide_with_a_figures_axes():
     """--quick adds fixed overrides; a key the sweep also varies would make the sweep invalid."""
     import yaml

@@ -28,12 +28,22 @@ class Claim:
       magnitude ratio simulated / paper;
     * ``holds`` -- a yes/no shape (1 = the paper's statement holds); direction
       matches when the simulator gives 1.
+
+    ``why``: the known cause when the simulator differs; REPORT.md lists it
+    under the table for a row whose direction or magnitude misses.
     """
 
     text: str
     paper: float
     simulated: Callable[[pd.DataFrame], float]  # from results.parquet
     kind: str = "ratio"
+    why: str = ""
+
+    def misses(self, value: float) -> bool:
+        """Direction wrong, or magnitude outside 0.65-1.35 (where it has one)."""
+        if self.direction_matches(value) is False:
+            return True
+        return self.kind != "holds" and not (0.65 <= self.magnitude(value) <= 1.35)
 
     def direction_matches(self, value: float) -> bool | None:
         if value != value:  # NaN
@@ -115,6 +125,10 @@ def reproduce(paper: str, out: Path, *, quick: bool = False, jobs: int | None = 
         mag = claim.magnitude(value)
         mag_text = "-" if claim.kind == "holds" else (f"{mag:.2f}" if 0.65 <= mag <= 1.35 else f"**{mag:.2f}**")
         lines.append(f"| {fig_name} | {claim.text} | {claim.paper:.3g} | {value:.3g} | {mark} | {mag_text} |")
+    notes = [(f, c) for f, c, v in rows if c.why and c.misses(v)]
+    if notes:
+        lines += ["", "## Where it differs, and why", ""]
+        lines += [f"* {f}, {c.text}: {c.why}" for f, c in notes]
     report.write_text("\n".join(lines) + "\n")
     return report
 
