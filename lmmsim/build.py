@@ -43,7 +43,7 @@ class BuiltRun:
     placement: dict[str, list[tuple[int, ...]]]
     memory: dict[str, MemoryPlan]  # per LLM pool
     requests: list[Request]
-    rejected: frozenset[int]
+    rejected: dict[int, str]  # request id -> why it is refused at arrival
     encoder_budget: int
     simulation: Simulation
     step_log: StepLog | None = None
@@ -137,6 +137,28 @@ def _check_sharing(shared: dict, sharing) -> None:
                 raise UserError("deployment.gpu_sharing.sm_shares", f"needs a share for {missing[0]!r} (GPU {g})")
 
 
+def refusals(requests, max_model_len: int, disaggregated, bytes_per_token: float) -> dict[int, str]:
+    """Requests refused at arrival, with the reason, as vLLM refuses a prompt it can never
+    serve: longer than ``max_model_len`` (prompt + output), or -- with remote encoders
+    (``disaggregated``: the deployment config) -- embeddings the receiver's buffer can
+    never hold: after_encode admission holds all of a request's embeddings at once,
+    streaming one item at a time (:mod:`lmmsim.engine.disaggregation`)."""
+    out: dict[int, str] = {}
+    buffer = disaggregated.embedding_buffer_gib * GIB if disaggregated is not None else None
+    whole = disaggregated is not None and disaggregated.admission == "after_encode"
+    for r in requests:
+        total = r.num_prompt_tokens + r.num_output_tokens
+        if total > max_model_len:
+            out[r.request_id] = f"{total} prompt + output tokens exceed max_model_len {max_model_len}"
+        elif buffer is not None and r.media_segments:
+            tokens = r.num_mm_tokens if whole else max(seg.length for seg in r.media_segments)
+            if tokens * bytes_per_token > buffer:
+                what = "its embeddings" if whole else "one item's embeddings"
+                out[r.request_id] = (f"{what} ({tokens * bytes_per_token / GIB:.3g} GiB) exceed "
+                                     f"deployment.embedding_buffer_gib ({buffer / GIB:g})")
+    return out
+
+
 def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = False, requests=None) -> BuiltRun:
     """Build a ready-to-run simulation; ``requests`` replaces the generated workload."""
     model = catalog.get_model(scn.model)
@@ -186,12 +208,18 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
         )
     if "encoder" in pools:
         check_encoder_memory(dep, model, gpu, pools["encoder"].tp)
-        costs["encoder"] = ComposedStepCostModel(model, gpu, pools["encoder"].tp, predictor)
+        costs["encoder"] = ComposedStepCostModel(model, gpu, pools["encoder"].tp, predictor, encoder_only=True)
 
     if requests is None:
         requests = generate_requests(scn.workload, model, scn.seed, base_dir)
+        if not requests:  # a run of nothing has no metrics; say so rather than report NaNs
+            w = scn.workload
+            why = (f"no arrival before duration_s {w.duration_s:g}" if w.duration_s is not None
+                   else "the trace holds no request")
+            raise UserError("workload", f"generates no requests ({why}); lengthen duration_s or check the trace")
     max_len = next(iter(memory.values())).max_model_len
-    rejected = frozenset(r.request_id for r in requests if r.num_prompt_tokens + r.num_output_tokens > max_len)
+    hidden_bytes = model.llm.hidden_size * catalog.BYTES_PER_PARAM_BF16
+    rejected = refusals(requests, max_len, None if monolithic else dep, hidden_bytes)
     largest_item = max(
         (seg.length for r in requests if r.request_id not in rejected for seg in r.media_segments), default=0
     )
@@ -210,7 +238,6 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
         else:
             admission = admission_model(scn, base_dir)
             queue_ctx = {"classify": admission.classify}
-    hidden_bytes = model.llm.hidden_size * catalog.BYTES_PER_PARAM_BF16
 
     def make_engine(env, pool_name, index, on_finish, barrier_at, *, media, prefill_only=False,
                     on_handoff=None, on_batch=None, fast_forward=False):
@@ -366,7 +393,9 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
         kv_senders = [egress(env, link, n, f"prefill{p}->decode", dep.max_in_flight_kv_transfers, on_transfer)
                       for p, n in enumerate(prefill_gpus)] if decode else None
         inboxes = [EmbeddingInbox(env, e, dep.embedding_buffer_gib * GIB, hidden_bytes,
-                                  admit_when_complete=dep.admission == "after_encode") for e in llm]
+                                  admit_when_complete=dep.admission == "after_encode",
+                                  resend=lambda enc, items: frontend_box[0].send_embeddings(enc, items))
+                   for e in llm]
         frontend = DisaggregatedFrontend(
             env, encoders=encoders, llm_engines=llm, inboxes=inboxes, encoder_senders=enc_senders,
             router=policies.create("router", router_cfg), streaming=dep.admission == "streaming",

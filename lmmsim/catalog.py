@@ -3,22 +3,26 @@
 Every numeric figure in a catalog file carries its source in the file's
 ``sources:`` mapping (dotted field -> citation); ``tests/test_catalog.py``
 checks that none is missing. Users add a GPU or model by dropping a YAML file
-into those folders (or a folder named by ``LMMSIM_PROFILES``).
+into those folders (or a folder named by ``LMMSIM_PROFILES``). A file that does
+not load is reported (one line: file and field) only by what needs it; the
+format is in README "Catalog format".
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import sys
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
+from lmmsim.config_errors import describe
 from lmmsim.errors import UserError, choices
 from lmmsim.tokenrules import AudioRule, ImageRule, VideoRule
 from lmmsim.workload.request import MediaItem
+from lmmsim.yamlio import read_yaml
 
 BYTES_PER_PARAM_BF16 = 2
 
@@ -195,6 +199,14 @@ class ModelSpec(_Strict):
 
 
 # ----------------------------------------------------------------------- loading
+# Each file is read when its folder is first used and validated only when its
+# entry is needed, so one broken file costs only the commands that use it.
+# Entries are keyed by their ``name:`` field (a file's name is not checked
+# against it); a file whose ``name:`` cannot be read is found by its file name.
+
+MISSING_SOURCES_HINT = 'every catalog file cites its figures, see README "Catalog format"'
+
+
 def profiles_dir() -> Path:
     """The catalog root: ``$LMMSIM_PROFILES`` or the repository's ``profiles/``."""
     env = os.environ.get("LMMSIM_PROFILES")
@@ -203,46 +215,130 @@ def profiles_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "profiles"
 
 
-def _load_folder(folder: Path, cls):
-    entries = {}
-    for path in sorted(folder.glob("*.yaml")):
+def _shown(path: Path) -> Path:
+    """``path`` relative to the working directory when under it: errors read ``profiles/...``."""
+    try:
+        return Path(os.path.abspath(path)).relative_to(Path.cwd())
+    except ValueError:
+        return path
+
+
+def _validate(path: Path, data, cls):
+    """``cls`` from a file's mapping; the first problem is one UserError naming file and field."""
+    if not isinstance(data, dict):
+        got = "an empty file" if data is None else f"a {type(data).__name__}"
+        raise UserError(str(path), f"a catalog file must be a YAML mapping of keys (got {got})")
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        field, message = describe(exc.errors()[0], data, cls)
+        if field == "sources" and message == "required key is missing":
+            message += f"; {MISSING_SOURCES_HINT}"
+        raise UserError(f"{path}: {field}" if field else str(path), message) from None
+
+
+class _Entry:
+    """One catalog file: read at once, validated on first use, result kept."""
+
+    def __init__(self, path: Path, cls):
+        self.path, self._cls = path, cls
+        self._spec, self._error, self._data = None, None, None
         try:
-            data = yaml.safe_load(path.read_text())
-            spec = cls.model_validate(data)
-        except (yaml.YAMLError, ValidationError) as exc:
-            first = str(exc).splitlines()
-            raise UserError(str(path), " ".join(first[:3])) from None
-        entries[spec.name] = spec
-    return entries
+            self._data = read_yaml(path, "catalog file")
+        except UserError as err:
+            self._error = err
+
+    @property
+    def name(self) -> str:
+        """The ``name:`` it declares, or (unreadable) the file name it is most likely meant by."""
+        declared = self._data.get("name") if isinstance(self._data, dict) else None
+        return declared if isinstance(declared, str) else self.path.stem
+
+    def spec(self):
+        """The validated entry, or the file's UserError (raised every time it is asked for)."""
+        if self._spec is None and self._error is None:
+            try:
+                self._spec = _validate(self.path, self._data, self._cls)
+            except UserError as err:
+                self._error = err
+        if self._error is not None:  # a fresh copy: re-raising one object keeps growing its traceback
+            raise UserError(self._error.key, self._error.message) from None
+        return self._spec
+
+    def error(self) -> UserError | None:
+        try:
+            self.spec()
+        except UserError as err:
+            return err
+        return None
+
+
+class _Folder:
+    """The entries of ``profiles/<sub>/*.yaml`` by name; ``what`` names them in errors."""
+
+    def __init__(self, folder: Path, cls, what: str):
+        self.what = what
+        self.entries: dict[str, _Entry] = {}
+        for path in sorted(folder.glob("*.yaml")):
+            entry = _Entry(_shown(path), cls)
+            self.entries[entry.name] = entry  # a later file of the same name wins, as it always has
+
+    def good(self) -> dict:
+        return {name: e.spec() for name, e in self.entries.items() if e.error() is None}
+
+    def broken(self) -> list[UserError]:
+        return [err for e in self.entries.values() if (err := e.error()) is not None]
+
+    def get(self, name: str, key: str):
+        entry = self.entries.get(name)
+        if entry is not None:
+            return entry.spec()
+        raise UserError(key, f"unknown {self.what} {name!r}; valid: {choices(self.good())}{self._hint(name)}")
+
+    def _hint(self, name: str) -> str:
+        """Point at a broken file called ``<name>.yaml``: it may be the entry the user means."""
+        for entry in self.entries.values():
+            if entry.path.stem == name and (err := entry.error()) is not None:
+                return f"; broken file of that name: {err}"
+        return ""
 
 
 @functools.lru_cache(maxsize=4)
-def _gpus(root: str) -> dict[str, GpuSpec]:
-    return _load_folder(Path(root) / "gpus", GpuSpec)
+def _gpu_folder(root: str) -> _Folder:
+    return _Folder(Path(root) / "gpus", GpuSpec, "GPU")
 
 
 @functools.lru_cache(maxsize=4)
-def _models(root: str) -> dict[str, ModelSpec]:
-    return _load_folder(Path(root) / "models", ModelSpec)
+def _model_folder(root: str) -> _Folder:
+    return _Folder(Path(root) / "models", ModelSpec, "model")
+
+
+def reload() -> None:
+    """Forget every loaded catalog: the next use reads the files again (tests, edited files)."""
+    _gpu_folder.cache_clear()
+    _model_folder.cache_clear()
+
+
+def _good_with_warnings(folder: _Folder) -> dict:
+    # The whole table is what `lmmsim list` shows: say on stderr which files it leaves out.
+    for err in folder.broken():
+        print(f"lmmsim: warning: {err}; this entry is skipped", file=sys.stderr)
+    return folder.good()
 
 
 def gpus() -> dict[str, GpuSpec]:
-    return _gpus(str(profiles_dir()))
+    """Every GPU that loads; a warning line on stderr for each file that does not."""
+    return _good_with_warnings(_gpu_folder(str(profiles_dir())))
 
 
 def models() -> dict[str, ModelSpec]:
-    return _models(str(profiles_dir()))
+    """Every model that loads; a warning line on stderr for each file that does not."""
+    return _good_with_warnings(_model_folder(str(profiles_dir())))
 
 
 def get_gpu(name: str, key: str = "hardware.gpu") -> GpuSpec:
-    table = gpus()
-    if name not in table:
-        raise UserError(key, f"unknown GPU {name!r}; valid: {choices(table)}")
-    return table[name]
+    return _gpu_folder(str(profiles_dir())).get(name, key)
 
 
 def get_model(name: str, key: str = "model") -> ModelSpec:
-    table = models()
-    if name not in table:
-        raise UserError(key, f"unknown model {name!r}; valid: {choices(table)}")
-    return table[name]
+    return _model_folder(str(profiles_dir())).get(name, key)

@@ -7,14 +7,17 @@ code 2; nothing a user can get wrong prints a traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
 from lmmsim import __version__
-from lmmsim.errors import UserError
+from lmmsim.errors import StuckRunError, UserError
 
 EXIT_USER_ERROR = 2
+EXIT_STUCK_RUN = 3  # the simulation deadlocked: requests left that no event can ever move
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a Unix tool whose reader closed the pipe
 
 
 # ------------------------------------------------------------------- helpers
@@ -104,8 +107,9 @@ def print_summary(summary: dict, scn, out: Path | None) -> None:
         f"GPU busy {util['mean']:.1%}; preemptions {summary['num_preemptions']}"
     )
     extra = ""
-    if summary["num_rejected"] or summary["num_unfinished"]:
-        extra = f"; rejected {summary['num_rejected']}, unfinished {summary['num_unfinished']}"
+    if summary["num_rejected"] or summary["num_unfinished"] or summary.get("num_not_arrived"):
+        extra = (f"; rejected {summary['num_rejected']} (see reject_reason), unfinished at the horizon "
+                 f"{summary['num_unfinished']}, arriving after it {summary.get('num_not_arrived', 0)}")
     console.print(
         f"simulated {summary['sim_end_at_s']:.1f} s in {summary['sim_wall_time_s']:.2f} s wall "
         f"({summary['sim_events']} events){extra}"
@@ -154,8 +158,10 @@ def cmd_admission_profile(args) -> int:
         print(f"{modality:<9}{len(part):>5}{lat.mean():>10.3f}{lat.quantile(0.5):>10.3f}{lat.quantile(0.99):>10.3f}"
               f"{part['encode_s'].mean():>10.3f}{part['prefill_tokens'].mean():>9.0f}")
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        df.to_csv(out, index=False)
+        from lmmsim.outputs import atomic_path
+
+        with atomic_path(out) as tmp:
+            df.to_csv(tmp, index=False)
         print(f"profile in {out} (usable as policy.queue.profile)")
     return 0
 
@@ -180,9 +186,26 @@ def cmd_validate(args) -> int:
                      f"{mem.activation_bytes / 2**30:.1f} GiB, KV {mem.kv_bytes / 2**30:.1f} GiB = "
                      f"{mem.kv_capacity_tokens} tokens per worker")
         print(line)
-    print(f"  workload: {len(built.requests)} requests {dict(sorted(mix.items()))}, "
-          f"{len(built.rejected)} longer than max_model_len {built.max_model_len}")
+    print(f"  workload: {len(built.requests)} requests {dict(sorted(mix.items()))}, max_model_len "
+          f"{built.max_model_len}; {len(built.rejected)} refused at arrival")
+    for reason, ids in _group_reasons(built.rejected):
+        print(f"  warning: {len(ids)} request(s) will be refused at arrival (ids {_some(ids)}): {reason}")
     return 0
+
+
+def _group_reasons(rejected: dict[int, str]) -> list[tuple[str, list[int]]]:
+    """Refusals grouped by kind of reason (the text before its numbers), largest group first."""
+    import re
+
+    groups: dict[str, tuple[str, list[int]]] = {}
+    for rid, reason in sorted(rejected.items()):
+        kind = re.sub(r"[\d.]+", "#", reason)
+        groups.setdefault(kind, (reason, []))[1].append(rid)
+    return sorted(groups.values(), key=lambda g: -len(g[1]))
+
+
+def _some(ids: list[int], n: int = 5) -> str:
+    return ", ".join(map(str, ids[:n])) + (", ..." if len(ids) > n else "")
 
 
 def cmd_plot(args) -> int:
@@ -218,24 +241,26 @@ def cmd_plot(args) -> int:
 
 
 def cmd_sweep(args) -> int:
-    from lmmsim.sweep.runner import run_sweep
+    """Exit 0 when every run is ok, 1 when any failed (the others still ran)."""
+    from lmmsim.sweep.runner import describe_failures, run_sweep
 
-    sweep = Path(args.sweep)
-    if not sweep.exists():
-        raise UserError(str(sweep), "sweep file not found")
-    frame = run_sweep(sweep, Path(args.output), jobs=args.jobs, executor=args.executor, address=args.address,
+    out = Path(args.output)
+    frame = run_sweep(Path(args.sweep), out, jobs=args.jobs, executor=args.executor, address=args.address,
                       retry_failed=args.retry_failed, progress=not args.quiet)
     failed = int((frame["status"] != "ok").sum()) if "status" in frame else 0
-    print(f"{len(frame)} runs ({failed} failed); results in {Path(args.output) / 'results.parquet'}")
-    return 0
+    print(f"{len(frame)} runs ({failed} failed); results in {out / 'results.parquet'}")
+    failures = describe_failures(frame, out)
+    if failures is None:
+        return 0
+    print(f"lmmsim: sweep: {failures}", file=sys.stderr)
+    return 1
 
 
 def cmd_reproduce(args) -> int:
     from lmmsim.reproduce import reproduce
 
     out = Path(args.output)
-    _fresh_dir(out, args.force)
-    report = reproduce(args.paper, out, quick=args.quick, jobs=args.jobs, figures=args.figures)
+    report = reproduce(args.paper, out, quick=args.quick, jobs=args.jobs, figures=args.figures, force=args.force)
     print(report.read_text())
     print(f"figures and report in {out}/")
     return 0
@@ -256,7 +281,7 @@ def cmd_search(args) -> int:
                         executor=args.executor, address=args.address, coordinate_start=args.start,
                         log=(lambda m: None) if args.quiet else (lambda m: print(m, flush=True)))
     wall = time.perf_counter() - t0
-    paths = has.write_outputs(result, out)
+    paths = has.write_outputs(result, out, force=args.force)
     if args.quiet:
         return 0
     s = result.summary
@@ -303,8 +328,10 @@ def cmd_workload(args) -> int:
         raise UserError("-o", f"trace file must end in .jsonl or .csv, got {out.name!r}")
     model = catalog.get_model(scn.model)
     requests = generate_requests(scn.workload, model, scn.seed, base_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_trace(requests, out)
+    from lmmsim.outputs import atomic_path
+
+    with atomic_path(out) as tmp:
+        write_trace(requests, tmp)
     print(f"wrote {len(requests)} requests to {out}")
     return 0
 
@@ -335,20 +362,19 @@ def cmd_list(args) -> int:
     return 0
 
 
-def _fresh_dir(path: Path, force: bool, key: str = "-o") -> None:
-    if path.exists() and any(path.iterdir()) and not force:
-        raise UserError(key, f"{path} already holds files; pass --force to overwrite them")
-
-
 def cmd_profile(args) -> int:
     from lmmsim import catalog
+
+    from lmmsim.costmodel import opdata
+    from lmmsim.costmodel.composition import COMPOSITION_CSV, COMPOSITION_MODELS
+    from lmmsim.outputs import OutputDir
 
     try:
         import torch
 
         from lmmsim.profiler.composition import measure_composition
         from lmmsim.profiler.reference import REFERENCE_MODELS
-        from lmmsim.profiler.run import profile
+        from lmmsim.profiler.run import output_files, profile
     except ImportError as exc:  # torch is optional
         raise UserError("profile", f"needs torch ({exc.name} missing): pip install 'lmmsim[profile]'") from None
     catalog.get_gpu(args.hardware, key="--hardware")
@@ -358,15 +384,23 @@ def cmd_profile(args) -> int:
     for m in models:
         if m not in REFERENCE_MODELS:
             catalog.get_model(m, key="--models")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device", "cuda: torch sees no CUDA device here (torch.cuda.is_available() is False); "
+                                    "valid here: 'cpu'")
     out = Path(args.output or catalog.profiles_dir() / "ops" / args.hardware)
-    _fresh_dir(out, args.force)
+    out_dir = OutputDir(out, force=args.force, key="-o")
+    expected = output_files(args.device) + ((COMPOSITION_CSV, COMPOSITION_MODELS) if args.composition else ())
+    out_dir.check(*expected)  # a user's file in the way stops us before minutes of measuring, not after
     if args.threads:
         torch.set_num_threads(args.threads)
-    profile(args.device, args.hardware, models, out, quick=args.quick, max_minutes=args.max_minutes,
-            command="lmmsim " + " ".join(sys.argv[1:]))
-    if args.composition:
-        measure_composition(out, device=args.device, quick=args.quick)
+    with opdata.staged_output(out_dir) as stage:
+        profile(args.device, args.hardware, models, stage, quick=args.quick, max_minutes=args.max_minutes,
+                command="lmmsim " + " ".join(sys.argv[1:]))
+        if args.composition:
+            measure_composition(stage, device=args.device, quick=args.quick)
     print(f"profile written to {out}/")
+    if (out / "fit" / "model.json").exists():
+        print(f"note: {out / 'fit'}/ was fitted to the earlier profile; refit with `lmmsim fit {out} --force`")
     return 0
 
 
@@ -384,7 +418,8 @@ def _profile_folder(name_or_dir: str) -> Path:
 def cmd_fit(args) -> int:
     from lmmsim import catalog
     from lmmsim.costmodel import opdata
-    from lmmsim.costmodel.fitting import derive_classes, fit_profile
+    from lmmsim.costmodel.fitting import FIT_FILES, derive_classes, fit_profile
+    from lmmsim.outputs import OutputDir
 
     folder = _profile_folder(args.profile)
     meta = opdata.read_meta(folder)
@@ -393,15 +428,28 @@ def cmd_fit(args) -> int:
         raise UserError("--hardware", f"{folder}/meta.json names no hardware; pass --hardware NAME")
     gpu = catalog.get_gpu(hardware, key="--hardware")
     out = Path(args.out) if args.out else folder / "fit"
-    _fresh_dir(out, args.force, key="--out")
-    metrics = fit_profile(folder, gpu, out=out)
+    if out.resolve() == folder.resolve():  # its CSVs are the inputs, never outputs to replace or prune
+        raise UserError("--out", f"{out} is the profile folder itself; give the fit a folder of its own "
+                                 f"(default {folder / 'fit'})")
+    if args.derive_from and not (Path(args.derive_from) / "model.json").is_file():
+        raise UserError("--derive-from", f"{args.derive_from} holds no model.json; give a fit folder "
+                                         "(e.g. profiles/ops/a100-sxm-80gb/fit)")
+    out_dir = OutputDir(out, force=args.force, key="--out")
+    out_dir.check(*FIT_FILES)  # fail before fitting, not after
+    derived: list[str] = []
+    with opdata.staged_output(out_dir) as stage:
+        metrics = fit_profile(folder, gpu, out=stage)
+        if args.derive_from:
+            derived = [c for c in opdata.FITTED_CLASSES if c not in metrics["classes"]]
+            try:
+                if derived:
+                    derive_classes(Path(args.derive_from), stage, derived, target_gpu=gpu.name)
+            except ValueError as err:
+                raise UserError("--derive-from", str(err)) from None
     print(f"fitted on {gpu.name}; model and report in {out}/")
     _print_fit_table(metrics["classes"])
-    if args.derive_from:
-        missing = [c for c in opdata.FITTED_CLASSES if c not in metrics["classes"]]
-        if missing:
-            derive_classes(Path(args.derive_from), out, missing, target_gpu=gpu.name)
-            print(f"derived from {args.derive_from} (its fitted rooflines at {gpu.name}'s peaks): {', '.join(missing)}")
+    if derived:
+        print(f"derived from {args.derive_from} (its fitted rooflines at {gpu.name}'s peaks): {', '.join(derived)}")
     for cls, why in metrics.get("skipped", {}).items():
         if not args.derive_from:
             print(f"  {cls}: not fitted ({why}); runs use the roofline v0 for it")
@@ -416,14 +464,18 @@ def _print_fit_table(classes: dict) -> None:
 
 
 def cmd_import_vidur(args) -> int:
-    from lmmsim.profiler.vidur_import import import_vidur
+    from lmmsim.costmodel import opdata
+    from lmmsim.outputs import OutputDir
+    from lmmsim.profiler.vidur_import import OUTPUT_FILES, import_vidur
 
     src = Path(args.source)
     if not (src / "compute").is_dir():
         raise UserError("DIR", f"{src} is not a Vidur profiling folder (no compute/ inside)")
     out = Path(args.output)
-    _fresh_dir(out, args.force)
-    rows = import_vidur(src, out, gpu=args.gpu, network=args.network)
+    out_dir = OutputDir(out, force=args.force, key="-o")
+    out_dir.check(*OUTPUT_FILES)
+    with opdata.staged_output(out_dir) as stage:
+        rows = import_vidur(src, stage, gpu=args.gpu, network=args.network)
     print(f"imported into {out}/: " + ", ".join(f"{k} {v}" for k, v in rows.items()))
     return 0
 
@@ -474,7 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Simulate a scenario. Writes DIR/requests.parquet, DIR/summary.json and DIR/scenario.resolved.yaml."))
     _scenario_args(p)
     p.add_argument("-o", "--output", help="results directory (default: results/<scenario name>[-N])")
-    p.add_argument("--force", action="store_true", help="overwrite an existing results directory")
+    p.add_argument("--force", action="store_true", help="write into a folder that holds files, replacing only those lmmsim wrote there")
     p.add_argument("--format", choices=("parquet", "csv"), default="parquet",
                    help="csv also writes requests.csv beside the parquet file")
     p.add_argument("-q", "--quiet", action="store_true", help="no table, no progress bar")
@@ -530,7 +582,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sweep", help="run a scenario over a grid / zip / random set of key values",
                        description="Run every point of a sweep YAML (base scenario + axes + repeats); each run "
                                    "lands in OUT/runs/<hash>/, one row per run in OUT/results.parquet. "
-                                   "Rerunning skips finished runs.")
+                                   "Rerunning skips finished runs and redoes damaged ones. Exit status 1 "
+                                   "when any run failed (the others still run).")
     p.add_argument("sweep", metavar="SWEEP", help="sweep YAML")
     p.add_argument("-o", "--output", required=True, help="sweep folder")
     p.add_argument("--jobs", type=int, help="local worker processes (default: CPU count)")
@@ -546,7 +599,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="folder for sweeps, figures and REPORT.md")
     p.add_argument("--quick", action="store_true", help="fewer requests per run")
     p.add_argument("--jobs", type=int, help="local worker processes")
-    p.add_argument("--force", action="store_true", help="reuse an existing output folder")
+    p.add_argument("--force", action="store_true", help="write into a folder that holds files, replacing only those lmmsim wrote there")
     p.set_defaults(func=cmd_reproduce)
 
     p = sub.add_parser("search", help="EAServe's HAS: search the e_p_d allocation, encode batch bound and offload",
@@ -573,7 +626,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deploy-cost", dest="deploy_cost", type=float, default=None,
                    help="seconds added to the search cost per deployment started (a trial, or a Stage 1 "
                         "stage setting): weight loading and warm-up (default 120)")
-    p.add_argument("--force", action="store_true", help="overwrite an existing search folder")
+    p.add_argument("--force", action="store_true", help="write into a folder that holds files, replacing only those lmmsim wrote there")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing")
     p.set_defaults(func=cmd_search)
 
@@ -589,7 +642,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, help="torch threads (CPU; default torch's choice)")
     p.add_argument("--composition", action="store_true",
                    help="also time whole forward passes of the reference models (composition check)")
-    p.add_argument("--force", action="store_true", help="overwrite an existing profile folder")
+    p.add_argument("--force", action="store_true", help="write into a folder that holds files, replacing only those lmmsim wrote there")
     p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("fit", help="fit operator cost models to a profile (scikit-learn)",
@@ -600,7 +653,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="fit folder (default: PROFILE/fit)")
     p.add_argument("--derive-from", metavar="FIT",
                    help="for classes this profile lacks, use another GPU's fitted rooflines at this GPU's peaks")
-    p.add_argument("--force", action="store_true", help="overwrite an existing fit")
+    p.add_argument("--force", action="store_true", help="write into a folder that holds files, replacing only those lmmsim wrote there")
     p.set_defaults(func=cmd_fit)
 
     p = sub.add_parser("import-vidur", help="convert Vidur-format profiles into an lmmsim profile folder")
@@ -608,7 +661,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, help="profile folder to write")
     p.add_argument("--gpu", required=True, help="compute/<gpu> folder to read (e.g. a100, h100)")
     p.add_argument("--network", help="network/<topology> folder (default: <gpu>_dgx)")
-    p.add_argument("--force", action="store_true", help="overwrite an existing profile folder")
+    p.add_argument("--force", action="store_true", help="write into a folder that holds files, replacing only those lmmsim wrote there")
     p.set_defaults(func=cmd_import_vidur)
 
     p = sub.add_parser("validate-costmodel", help="held-out error of a fitted cost model, per class and per model")
@@ -630,6 +683,13 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"lmmsim: error: {err}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except StuckRunError as err:
+        print(f"lmmsim: error: run stuck: {err}", file=sys.stderr)
+        return EXIT_STUCK_RUN
+    except BrokenPipeError:  # the reader went away (`lmmsim list models | head`): stop quietly, as Unix tools do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # nothing left to flush at exit
+        return EXIT_BROKEN_PIPE
     except OSError as err:  # unwritable output folder, disk full, ...
         where = err.filename or "lmmsim"
         print(f"lmmsim: error: {where}: {err.strerror or err}", file=sys.stderr)

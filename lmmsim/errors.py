@@ -24,3 +24,8 @@ class UserError(Exception):
 def choices(names) -> str:
     """Format valid choices for an error message: ``'a', 'b', 'c'``."""
     return ", ".join(repr(n) for n in sorted(names))
+
+
+class StuckRunError(Exception):
+    """A run whose event queue emptied while requests were still in the system:
+    they could never finish. The CLI prints the one-line message and exits 3."""

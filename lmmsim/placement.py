@@ -85,6 +85,10 @@ def place_workers(pools: dict, count: int, keys: dict[str, str] | None = None) -
                 if bad:
                     raise UserError(f"{key}.gpu_ids.{w}",
                                     f"GPU {bad[0]} does not exist; valid ids: 0..{count - 1}")
+                twice = sorted({g for g in ids if ids.count(g) > 1})
+                if twice:  # one worker's TP x PP ranks each need their own GPU
+                    raise UserError(f"{key}.gpu_ids.{w}", f"GPU {twice[0]} appears twice; a worker's tp x pp "
+                                                          "GPUs must all differ")
             else:
                 ids = tuple(range(next_free, next_free + per))
                 next_free += per

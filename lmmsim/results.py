@@ -2,22 +2,20 @@
 
 ``DIR/requests.parquet`` (one row per request), ``DIR/summary.json`` and
 ``DIR/scenario.resolved.yaml``; ``DIR/requests.csv`` too with ``--format csv``.
-An existing non-empty ``DIR`` is never overwritten unless ``force``.
+An existing non-empty ``DIR`` is written into only with ``force``, and then only
+lmmsim's own files there are replaced (:mod:`lmmsim.outputs`).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from lmmsim.build import build
-from lmmsim.errors import UserError
+from lmmsim.outputs import OutputDir, atomic_path
 from lmmsim.metrics.records import requests_frame
 from lmmsim.metrics.summary import clean_json, summarize
 from lmmsim.scenario import dump_scenario
@@ -99,33 +97,38 @@ def deployment_summary(built, frontend) -> dict:
     return out
 
 
-def prepare_output_dir(out: Path, force: bool) -> None:
-    if out.exists():
-        if not out.is_dir():
-            raise UserError("-o", f"{out} exists and is not a directory")
-        if any(out.iterdir()) and not force:
-            raise UserError("-o", f"{out} already holds results; pass --force to overwrite it")
+#: Every file a run may write into its folder (the run contract and its extras).
+RUN_FILES = ("requests.parquet", "summary.json", "scenario.resolved.yaml", "requests.csv",
+             "admission_profile.csv", "trace.json")
+
+
+def prepare_output_dir(out: Path, force: bool) -> OutputDir:
+    """Check ``out`` before simulating (``lmmsim.outputs``: without ``force`` it must be
+    absent or empty; with it, no user file may sit where a run file goes)."""
+    folder = OutputDir(out, force=force)
+    folder.check(*RUN_FILES)
+    return folder
 
 
 def write_results(run: RunOutput, scn, out: Path, *, force: bool = False, csv: bool = False) -> None:
-    """Write the results contract into ``out`` atomically (temp dir, then rename)."""
-    prepare_output_dir(out, force)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        run.requests.to_parquet(tmp / "requests.parquet", index=False)
-        if csv:
-            run.requests.to_csv(tmp / "requests.csv", index=False)
-        (tmp / "summary.json").write_text(json.dumps(run.summary, indent=2) + "\n")
-        (tmp / "scenario.resolved.yaml").write_text(dump_scenario(scn))
-        admission = getattr(run.built, "admission", None)
-        if admission is not None and admission.profile is not None:  # the Workload Profiler's runs
-            admission.profile.to_csv(tmp / "admission_profile.csv", index=False)
-        if run.built.step_log is not None:
-            write_chrome_trace(run.built.step_log, tmp / "trace.json", title=scn.name, requests=run.requests)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    """Write the run contract into ``out``, each file to a temporary sibling renamed
+    into place. Files an earlier run wrote there and this one does not (a trace, a
+    CSV) are removed; nothing else in ``out`` is touched."""
+    folder = prepare_output_dir(out, force)
+
+    def put(name: str, write) -> None:
+        with atomic_path(folder.file(name)) as tmp:
+            write(tmp)
+
+    put("requests.parquet", lambda p: run.requests.to_parquet(p, index=False))
+    if csv:
+        put("requests.csv", lambda p: run.requests.to_csv(p, index=False))
+    put("summary.json", lambda p: p.write_text(json.dumps(run.summary, indent=2) + "\n"))
+    put("scenario.resolved.yaml", lambda p: p.write_text(dump_scenario(scn)))
+    admission = getattr(run.built, "admission", None)
+    if admission is not None and admission.profile is not None:  # the Workload Profiler's runs
+        put("admission_profile.csv", lambda p: admission.profile.to_csv(p, index=False))
+    if run.built.step_log is not None:
+        put("trace.json", lambda p: write_chrome_trace(run.built.step_log, p, title=scn.name,
+                                                         requests=run.requests))
+    folder.remove_unclaimed()

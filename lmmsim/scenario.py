@@ -19,17 +19,18 @@ from __future__ import annotations
 
 import copy
 import functools
-import types
-import typing
 from pathlib import Path
 from typing import Annotated, Literal, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator,
+                      model_validator)
 
 from lmmsim import policies
 from lmmsim.deployments import DeploymentConfig, MonolithicDeployment
-from lmmsim.errors import UserError, choices
+from lmmsim.config_errors import describe, most_specific
+from lmmsim.errors import UserError
+from lmmsim.yamlio import read_yaml
 from lmmsim.policies.queueing import FcfsConfig
 from lmmsim.policies.routing import RoundRobinConfig
 from lmmsim.systems import get_system
@@ -151,6 +152,14 @@ def scenario_cls():
         slo: SloConfig = SloConfig()
         sim: SimConfig = SimConfig()
 
+        @field_validator("name")
+        @classmethod
+        def _one_path_component(cls, name: str) -> str:
+            # lmmsim run writes results/<name>/ by default: the name must stay one folder there
+            if not name or name in (".", "..") or any(c in name for c in "/\\\0"):
+                raise ValueError(f"must be a single folder name (no '/', '\\', '..', not empty); got {name!r}")
+            return name
+
     return Scenario
 
 
@@ -210,90 +219,6 @@ def merge_over_preset(preset: dict, raw: dict) -> dict:
 
 
 # ------------------------------------------------------------------ validation
-_TYPE_TAGS = {"float", "int", "str", "bool", "none", "list", "dict", "constrained", "literal", "json"}
-
-
-def _error_path(loc: tuple, data) -> str:
-    """Dotted key of a pydantic error location, without union member tags."""
-    parts: list[str] = []
-    for elem in loc:
-        if isinstance(data, dict) and elem in data:
-            data = data[elem]
-            parts.append(str(elem))
-        elif isinstance(data, list) and isinstance(elem, int) and elem < len(data):
-            data = data[elem]
-            parts.append(str(elem))
-        elif isinstance(data, dict) and data.get("kind") == elem:
-            continue  # discriminated-union tag
-        elif isinstance(elem, str) and ("[" in elem or elem.split("-")[0] in _TYPE_TAGS or elem.startswith("function")):
-            continue  # member name of a plain union
-        else:
-            parts.append(str(elem))
-            data = None
-    return ".".join(parts)
-
-
-def _fields_at(cls, path: list[str], data) -> list[str] | None:
-    """Field names of the config class at ``path`` (for 'valid keys' hints)."""
-    ann = cls
-    for key in path:
-        if isinstance(data, list) and key.isdigit():  # list element
-            args = typing.get_args(ann)
-            ann = args[0] if args else None
-            data = data[int(key)] if int(key) < len(data) else None
-            continue
-        model = _resolve_model(ann, data)
-        if model is None or key not in model.model_fields:
-            return None
-        data = data.get(key) if isinstance(data, dict) else None
-        ann = model.model_fields[key].annotation
-        if typing.get_origin(ann) in (Union, types.UnionType):  # drop None from Optional[...]
-            members = tuple(a for a in typing.get_args(ann) if a is not type(None))
-            ann = members[0] if len(members) == 1 else Union[members]
-    model = _resolve_model(ann, data)
-    return list(model.model_fields) if model is not None else None
-
-
-def _resolve_model(ann, data):
-    """The BaseModel class an annotation stands for, given the data it validates."""
-    origin = typing.get_origin(ann)
-    if origin is Annotated:
-        return _resolve_model(typing.get_args(ann)[0], data)
-    if origin in (Union, types.UnionType):
-        members = [a for a in typing.get_args(ann) if isinstance(a, type) and issubclass(a, BaseModel)]
-        for m in members:
-            kind = m.model_fields.get("kind")
-            if kind is not None and isinstance(data, dict) and data.get("kind") == kind.default:
-                return m
-        return members[0] if len(members) == 1 else None
-    if isinstance(ann, type) and issubclass(ann, BaseModel):
-        return ann
-    return None
-
-
-def _describe_error(err: dict, data) -> UserError:
-    path = _error_path(err["loc"], data)
-    etype = err["type"]
-    if etype == "extra_forbidden":
-        parent, _, key = path.rpartition(".")
-        valid = _fields_at(scenario_cls(), parent.split(".") if parent else [], data)
-        hint = f"; valid keys: {choices(valid)}" if valid else ""
-        return UserError(path, f"unknown key {key!r}{hint}")
-    if etype == "missing":
-        return UserError(path, "required key is missing")
-    msg = err["msg"]
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
-    if etype == "union_tag_invalid":
-        ctx = err.get("ctx", {})
-        return UserError(path + ".kind", f"unknown kind {ctx.get('tag')!r}; valid: {ctx.get('expected_tags')}")
-    if etype == "union_tag_not_found":
-        return UserError(path, f"needs a 'kind' key ({msg})")
-    got = err.get("input")
-    shown = "" if isinstance(got, (dict, list)) or etype.startswith("value_error") else f" (got {got!r})"
-    return UserError(path, f"{msg[0].lower()}{msg[1:]}{shown}")
-
-
 def validate_scenario(raw: dict):
     """Validate a raw scenario mapping (system preset applied here)."""
     if not isinstance(raw, dict):
@@ -305,12 +230,27 @@ def validate_scenario(raw: dict):
     merged = merge_over_preset(preset.defaults_for(count if isinstance(count, int) and count > 0 else 1), raw)
     merged.setdefault("system", system)
     try:
-        return scenario_cls().model_validate(merged)
+        scn = scenario_cls().model_validate(merged)
     except ValidationError as exc:
-        # Among a union's alternatives the deepest location is the most specific complaint.
-        errors = exc.errors()
-        best = max(errors, key=lambda e: len(_error_path(e["loc"], merged).split(".")))
-        raise _describe_error(best, merged) from None
+        raise UserError(*describe(most_specific(exc, merged), merged, scenario_cls())) from None
+    for path in _coerced_bools(merged, scn.model_dump(), ""):
+        raise UserError(path, "expected a number, got a yes/no value (true/false)")
+    return scn
+
+
+def _coerced_bools(raw, value, path: str):
+    """Dotted keys where the YAML gave true/false and validation turned it into a
+    number (pydantic reads ``rate: true`` as 1.0; nobody means that)."""
+    if isinstance(raw, bool):
+        if value is not None and not isinstance(value, bool):
+            yield path
+    elif isinstance(raw, dict) and isinstance(value, dict):
+        for key, sub in raw.items():
+            if key in value:
+                yield from _coerced_bools(sub, value[key], f"{path}.{key}" if path else str(key))
+    elif isinstance(raw, list) and isinstance(value, (list, tuple)):
+        for i, (sub, val) in enumerate(zip(raw, value)):
+            yield from _coerced_bools(sub, val, f"{path}.{i}")
 
 
 def load_scenario(path: str | Path, overrides: list[str] = ()):
@@ -318,18 +258,9 @@ def load_scenario(path: str | Path, overrides: list[str] = ()):
     relative paths inside the scenario (traces, empirical lengths) are relative
     to ``base_dir``, the scenario file's folder."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UserError(str(path), "scenario file not found") from None
-    except OSError as exc:
-        raise UserError(str(path), f"cannot read: {exc.strerror}") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise UserError(where, f"not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if path.is_dir():
+        raise UserError(str(path), "is a folder; give a scenario YAML file")
+    raw = read_yaml(path, "scenario file")
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

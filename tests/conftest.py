@@ -66,7 +66,7 @@ def media_request(rid: int, at: float, parts: list, output: int) -> Request:
 
 def simulate(requests, cost, *, num_blocks=100_000, block_size=16, token_budget=2048, max_running=256,
              encoder_budget=None, replicas=1, fast_forward=True, step_log=False, horizon_s=None,
-             rejected=frozenset()):
+             rejected=None):
     """Run requests through FCFS replicas; returns (result, log)."""
     log = [] if step_log else None
 

@@ -78,8 +78,9 @@ def test_profiles_folder_override_and_bad_file(tmp_path, monkeypatch):
     monkeypatch.setenv("LMMSIM_PROFILES", str(tmp_path))
     assert set(catalog.gpus()) == {"h200"}
     (tmp_path / "models" / "broken.yaml").write_text("name: broken\nllm: {hidden_size: -1}\n")
-    with pytest.raises(UserError, match="broken.yaml"):
-        catalog.models()
+    assert catalog.models() == {}  # a broken file is left out (with a warning), not fatal
+    with pytest.raises(UserError, match="broken.yaml: display_name: required key is missing"):
+        catalog.get_model("broken")
 
 
 # ------------------------------------------------------------------ sources

@@ -130,8 +130,9 @@ def test_preempted_request_recomputes_prompt_and_generated_tokens():
 
 def test_rejected_requests_are_reported_not_run():
     reqs = [text_request(0, 0.0, 10, 2), text_request(1, 0.1, 10, 2)]
-    res, _ = simulate(reqs, ConstantStepCost(step_s=0.01), rejected=frozenset({1}))
+    res, _ = simulate(reqs, ConstantStepCost(step_s=0.01), rejected={1: "too long"})
     assert [s.status for s in res.seqs] == ["finished", "rejected"]
+    assert [s.reject_reason for s in res.seqs] == [None, "too long"]
 
 
 def test_horizon_leaves_requests_unfinished():

@@ -13,6 +13,7 @@ from conftest import assert_user_error, run_cli
 
 from lmmsim.easerve import has
 from lmmsim.easerve.has import Allocation, Capacities, LocalSettings
+from lmmsim.outputs import MANIFEST
 
 EXAMPLE = {
     "name": "easerve-llava34b-small",
@@ -301,7 +302,7 @@ def test_cli_search_writes_outputs(capsys, scenario, tmp_path):
                                 "--rate", "3")
     assert code == 0, err
     assert "capacities" in stdout and "best" in stdout and "kept" in stdout
-    assert {p.name for p in out.iterdir()} == {"best.yaml", "trials.csv", "trials.parquet", "summary.json"}
+    assert {p.name for p in out.iterdir()} == {"best.yaml", "trials.csv", "trials.parquet", "summary.json", MANIFEST}
     assert json.loads((out / "summary.json").read_text())["rate_rps"] == 3.0
     # never overwrite without --force
     assert_user_error(capsys, ["search", scenario, "-o", out, "--budget", "2"], "--force")

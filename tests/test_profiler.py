@@ -5,7 +5,9 @@ Runs on the CPU in quick mode (toy dimensions), a few seconds in all.
 
 from __future__ import annotations
 
+import itertools
 import json
+import types
 
 import pytest
 
@@ -86,9 +88,13 @@ def test_thin_indices_keep_endpoints():
 
 
 def test_max_minutes_thins_rows_and_keeps_endpoints(tmp_path, monkeypatch, quick_profile):
-    # Make the plan deterministic: every shape is predicted to take 50 ms.
+    # Make the plan deterministic: every shape is predicted to take 50 ms, and the
+    # profiler's own clock (deadline, budget) advances 1 us per reading, so how long
+    # the real probes take on a busy host cannot change what is thinned.
     monkeypatch.setattr(R._Planner, "wall_s", lambda self, c: 0.05)
     monkeypatch.setattr(R, "WRITE_RESERVE_S", 0.0)
+    ticks = itertools.count()
+    monkeypatch.setattr(R, "time", types.SimpleNamespace(monotonic=lambda: next(ticks) * 1e-6))
     R.profile("cpu", "cpu", MODELS, tmp_path, quick=True, progress=False, max_minutes=0.08)
     meta = read_meta(tmp_path)
     assert 0 <= meta["thinning"]["factor"] < 1

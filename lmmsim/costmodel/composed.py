@@ -169,11 +169,14 @@ class ComposedStepCostModel:
 
     MEMO_LIMIT = 1 << 18
 
-    def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int, predictor: OperatorPredictor):
+    def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int, predictor: OperatorPredictor, *,
+                 encoder_only: bool = False):
+        # ``encoder_only``: an encoder pool's model; its tp splits the encoder (heads padded
+        # when they do not divide), never the LLM, so the LLM's heads are not checked.
         llm = model.llm
         if tp < 1:
             raise UserError("deployment.tp", f"must be at least 1, got {tp}")
-        if llm.num_heads % tp:
+        if llm.num_heads % tp and not encoder_only:
             raise UserError(
                 "deployment.tp", f"{model.name}: {llm.num_heads} attention heads do not split evenly over tp={tp}"
             )

@@ -95,6 +95,11 @@ from lmmsim.costmodel.selection import (  # noqa: F401 - re-exported
     choose,
     fit_class,
 )
+from lmmsim.errors import UserError
+
+
+#: What a fit folder always holds (plus a ``.forest.npz`` per forest).
+FIT_FILES = ("model.json", "report.md", "pred_vs_measured.png")
 
 
 def _profile_link(gpu: GpuSpec, meta: dict, interconnect: LinkSpec | None) -> LinkSpec | None:
@@ -125,7 +130,8 @@ def fit_profile(profile_dir: Path, gpu: GpuSpec, *, out: Path | None = None, cla
     the collectives were measured on (default: ``meta.json``'s
     ``interconnect`` name on ``gpu``, else NVLink, else the first link). A
     class with fewer than :data:`MIN_ROWS` usable rows is skipped (reported;
-    the predictor falls back to the roofline for it).
+    the predictor falls back to the roofline for it). If no class can be
+    fitted it is a UserError naming the profile folder, and nothing is written.
 
     Returns ``{"gpu", "fit_folder", "classes": {class: metrics + "chosen"}, "skipped": {class: why}}``;
     an elementwise class fitted per op adds ``"per_op": {op: metrics + "chosen"}`` (its own
@@ -157,10 +163,21 @@ def fit_profile(profile_dir: Path, gpu: GpuSpec, *, out: Path | None = None, cla
             continue
         fit.peaks[op_class] = list(peaks)
         fit.classes[op_class] = fit_class(op_class, df, peaks, _prior(op_class, gpu, link))
+    if not fit.classes:
+        raise UserError(str(profile_dir), _nothing_fitted(fit.skipped))
     save_fit(out, fit)
     report.write_report(out, fit)
     return {"gpu": gpu.name, "fit_folder": str(out), "skipped": dict(fit.skipped),
             "classes": {c: _summary(cf) for c, cf in fit.classes.items()}}
+
+
+def _nothing_fitted(skipped: dict[str, str]) -> str:
+    """Why a profile gave no class to fit: no data at all, or too little of it per class."""
+    files = ", ".join(opdata.csv_path(Path(), c).name for c in skipped)
+    if all(why == "no rows in the profile" for why in skipped.values()):
+        return f"nothing to fit: no rows in any of {files} (operator CSVs, see lmmsim.costmodel.opdata)"
+    reasons = "; ".join(f"{c}: {why}" for c, why in skipped.items() if why != "no rows in the profile")
+    return f"no class could be fitted ({reasons}); looked for {files}"
 
 
 def _summary(cf: ClassFit) -> dict:

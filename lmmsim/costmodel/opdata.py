@@ -40,10 +40,17 @@ with every call.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
+import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import pandas as pd
+
+from lmmsim.errors import UserError
+from lmmsim.outputs import OutputDir, atomic_path
 
 TIME_COLUMNS = ("time_ms", "time_ms_p10", "time_ms_p90")
 
@@ -119,15 +126,88 @@ def csv_path(folder: Path, op_class: str) -> Path:
     return Path(folder) / f"{op_class}.csv"
 
 
+#: Spellings of a true / false flag column (``causal``), as the fitter reads them.
+FLAG_VALUES = ("true", "false", "1", "0", "1.0", "0.0", "yes", "no")
+
+
+def _names(cols) -> str:
+    """Column names for a one-line message (a name with control characters is quoted, escaped)."""
+    cols = [str(c) if str(c).isprintable() else repr(str(c)) for c in cols]
+    return ", ".join(cols[:12]) + (f", ... ({len(cols)} in all)" if len(cols) > 12 else "")
+
+
+def _load_csv(path: Path) -> pd.DataFrame:
+    """``pd.read_csv``, with an unreadable or empty file as a UserError naming it."""
+    try:
+        return pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise UserError(str(path), "empty file: no header line, no rows") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserError(str(path), f"not a readable CSV ({first})") from None
+
+
+def _bad_value(path: Path, df: pd.DataFrame, col: str, bad: pd.Series, what: str) -> UserError:
+    row = int(bad.to_numpy().nonzero()[0][0])
+    return UserError(str(path), f"column {col!r}, data row {row + 1}: {df[col].iloc[row]!r} is not {what}"
+                                f" ({int(bad.sum())} such value(s))")
+
+
+def read_table(path: Path, *, required=(), numeric=(), complete=(), flags=()) -> pd.DataFrame:
+    """A CSV file as a DataFrame, or a UserError naming the file and what is wrong.
+
+    ``required``: columns that must exist. ``numeric``: columns (those present)
+    whose values must be numbers; they come back converted, an empty cell as
+    NaN. ``complete``: numeric columns with no empty cell either. ``flags``:
+    columns holding only :data:`FLAG_VALUES` (or empty cells).
+    """
+    path = Path(path)
+    df = _load_csv(path)
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise UserError(str(path), f"missing column(s) {_names(missing)}; it has {_names(df.columns) or 'none'}")
+    check_numeric(path, df, numeric, complete)
+    _check_flags(path, df, flags)
+    return df
+
+
+def _check_flags(path: Path, df: pd.DataFrame, flags) -> None:
+    for col in flags:
+        if col in df.columns and df[col].dtype != bool:
+            text = df[col].astype(str).str.strip().str.lower()
+            bad = df[col].notna() & ~text.isin(FLAG_VALUES)
+            if bad.any():
+                raise _bad_value(path, df, col, bad, "true/false (or 1/0)")
+
+
+def check_numeric(path: Path, df: pd.DataFrame, numeric=(), complete=()) -> pd.DataFrame:
+    """Convert ``numeric`` and ``complete`` columns of ``df`` (those present) to numbers in place;
+    a value that is not a number, or an empty cell of a ``complete`` column, is a UserError
+    naming ``path``, the column and the row. Returns ``df``."""
+    for col in dict.fromkeys([*numeric, *complete]):
+        if col not in df.columns:
+            continue
+        values = pd.to_numeric(df[col], errors="coerce")
+        bad = values.isna() & df[col].notna()
+        if bad.any():
+            raise _bad_value(path, df, col, bad, "a number")
+        if col in complete and values.isna().any():
+            raise _bad_value(path, df, col, values.isna(), "a value (empty cell)")
+        df[col] = values
+    return df
+
+
 def read_class(folder: Path, op_class: str) -> pd.DataFrame | None:
-    """The rows of one class, or None if the profile has none."""
+    """The rows of one class, or None if the profile has none (no file, or a header only).
+
+    A file lmmsim cannot use (unreadable, empty, missing a shape column or
+    ``time_ms``, a value that is not a number) is a UserError naming it."""
     path = csv_path(folder, op_class)
     if not path.exists():
         return None
-    df = pd.read_csv(path)
-    missing = [c for c in (*SHAPE_COLUMNS[op_class], "time_ms") if c not in df.columns]
-    if missing:
-        raise ValueError(f"{path}: missing columns {missing}")
+    shape = SHAPE_COLUMNS[op_class]
+    numeric = [c for c in (*shape, "time_ms") if c not in ("causal", "family")]
+    df = read_table(path, required=(*shape, "time_ms"), numeric=numeric, flags=("causal",))
     return df if len(df) else None
 
 
@@ -143,10 +223,49 @@ def write_class(folder: Path, op_class: str, df: pd.DataFrame) -> Path:
 
 
 def read_meta(folder: Path) -> dict:
+    """The profile's ``meta.json`` ({} when there is none); a file that is not a JSON object is a UserError."""
     path = Path(folder) / "meta.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    if not path.exists():
+        return {}
+    try:
+        meta = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as err:
+        raise UserError(str(path), f"not valid JSON ({err})") from None
+    if not isinstance(meta, dict):
+        raise UserError(str(path), f"must hold a JSON object, not {type(meta).__name__}")
+    return meta
 
 
 def write_meta(folder: Path, meta: dict) -> None:
     Path(folder).mkdir(parents=True, exist_ok=True)
     (Path(folder) / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+
+# ------------------------------------------------------- writing an output folder
+@contextlib.contextmanager
+def staged_output(out: OutputDir) -> Iterator[Path]:
+    """Yield an empty scratch folder for a command's writers (profile, import, fit);
+    when the block succeeds, :func:`publish` its files into ``out``.
+
+    Staging lets every name a command wrote be checked against the user's files in
+    ``out`` before the first one is replaced, however deep inside the writers are;
+    a failed or interrupted command leaves ``out`` as it was.
+    """
+    with tempfile.TemporaryDirectory(prefix="lmmsim-stage-") as tmp:
+        yield Path(tmp)
+        publish(Path(tmp), out)
+
+
+def publish(staged: Path, out: OutputDir) -> list[Path]:
+    """Move every file under ``staged`` into ``out`` under the ``--force`` rule
+    (:mod:`lmmsim.outputs`): all names are checked first, then each is claimed in
+    the manifest and renamed into place; last, the files an earlier lmmsim output
+    left there and this one did not write again are removed (a stale class CSV
+    would be read as part of the new profile). Returns the removed paths."""
+    staged = Path(staged)
+    rels = sorted(p.relative_to(staged).as_posix() for p in staged.rglob("*") if p.is_file())
+    out.check(*rels)
+    for rel in rels:
+        with atomic_path(out.file(rel)) as tmp:
+            shutil.move(staged / rel, tmp)  # a rename on one file system, else a copy
+    return out.remove_unclaimed()

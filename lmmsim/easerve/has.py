@@ -168,7 +168,8 @@ from typing import Any
 
 import yaml
 
-from lmmsim.errors import UserError
+from lmmsim.outputs import OutputDir, atomic_path, write_text_atomic
+from lmmsim.errors import StuckRunError, UserError
 
 METHODS = ("has", "random", "coordinate")
 OPTUNA_HINT = 'needs optuna: pip install "lmmsim[search]"'
@@ -686,7 +687,7 @@ def simulate(task: tuple[dict, str]) -> dict:
     start = time.perf_counter()
     try:
         run = run_scenario(validate_scenario(raw), Path(base_dir))
-    except UserError as exc:
+    except (UserError, StuckRunError) as exc:  # an infeasible or deadlocked trial scores nothing
         return {"status": "failed", "error": str(exc), "throughput_rps": 0.0, "ttft_mean_s": None,
                 "tpot_mean_s": None, "num_finished": 0, "sim_duration_s": 0.0,
                 "wall_s": time.perf_counter() - start}
@@ -1254,37 +1255,47 @@ def search(problem: Problem, *, method: str = "has", budget: int = DEFAULT_BUDGE
 
 
 # ------------------------------------------------------------------ outputs
-def check_output_dir(out: Path, force: bool) -> None:
-    if out.exists() and not out.is_dir():
-        raise UserError("-o", f"{out} exists and is not a directory")
-    if out.exists() and any(out.iterdir()) and not force:
-        raise UserError("-o", f"{out} already holds files; pass --force to overwrite them")
+#: What a search writes into its folder.
+OUTPUT_FILES = ("trials.csv", "trials.parquet", "best.yaml", "summary.json")
 
 
-def write_outputs(result: SearchResult, out: Path) -> dict[str, Path]:
+def check_output_dir(out: Path, force: bool) -> OutputDir:
+    """The search folder, checked before searching (:mod:`lmmsim.outputs`: without
+    ``force`` absent or empty; with it, no user file where an output goes)."""
+    folder = OutputDir(out, force=force)
+    folder.check(*OUTPUT_FILES)
+    return folder
+
+
+def write_outputs(result: SearchResult, out: Path, force: bool = True) -> dict[str, Path]:
     """``best.yaml`` (runnable scenario), ``trials.csv`` / ``trials.parquet`` (history),
-    ``summary.json``. Returns the paths written."""
+    ``summary.json``, each written to a temporary sibling and renamed into place; a stale
+    ``best.yaml`` of an earlier search is removed when this one found none. Returns the
+    paths written."""
     import pandas as pd
 
-    out.mkdir(parents=True, exist_ok=True)
+    folder = check_output_dir(out, force)
     paths = {}
     frame = pd.DataFrame(result.history, columns=HISTORY_COLUMNS)
     frame["local_tp"] = frame["local_tp"].astype("Int64")
-    paths["trials_csv"] = out / "trials.csv"
-    frame.to_csv(paths["trials_csv"], index=False)
-    paths["trials_parquet"] = out / "trials.parquet"
-    frame.to_parquet(paths["trials_parquet"], index=False)
+    paths["trials_csv"] = folder.file("trials.csv")
+    with atomic_path(paths["trials_csv"]) as tmp:
+        frame.to_csv(tmp, index=False)
+    paths["trials_parquet"] = folder.file("trials.parquet")
+    with atomic_path(paths["trials_parquet"]) as tmp:
+        frame.to_parquet(tmp, index=False)
     if result.best_scenario is not None:
         b = result.best
         head = (f"# Chosen by `lmmsim search` ({result.method}, rate {result.rate:g} req/s): {b['alloc']}, "
                 f"B={b['batch_bound']}, s={b['offload_s']:g}\n# trial {b['trial']}: "
                 f"{b['throughput_rps']:.3f} req/s, mean TTFT {_fmt(b['ttft_mean_s'])} s, "
                 f"mean TPOT {_fmt(b['tpot_mean_s'], 1e3)} ms\n")
-        paths["best_yaml"] = out / "best.yaml"
-        paths["best_yaml"].write_text(head + yaml.safe_dump(result.best_scenario, sort_keys=False))
-    paths["summary_json"] = out / "summary.json"
+        paths["best_yaml"] = folder.file("best.yaml")
+        write_text_atomic(paths["best_yaml"], head + yaml.safe_dump(result.best_scenario, sort_keys=False))
+    paths["summary_json"] = folder.file("summary.json")
     summary = {**result.summary, "files": {k: p.name for k, p in paths.items()}}
-    paths["summary_json"].write_text(json.dumps(_clean(summary), indent=2, default=_json_default) + "\n")
+    write_text_atomic(paths["summary_json"], json.dumps(_clean(summary), indent=2, default=_json_default) + "\n")
+    folder.remove_unclaimed()
     return paths
 
 

@@ -8,10 +8,23 @@ Flow of a request with media (``e_pd`` and ``e_p_d``):
    worker as one transfer over the encoder's egress link (bandwidth shared by
    concurrent transfers, at most ``max_in_flight_sends`` in flight); the
    receiver sets buffer memory aside before a transfer starts and frees it
-   when prefill has consumed the item (its last position computed);
+   position by position as prefill consumes it;
 3. ``after_encode`` admission: the request joins the LLM queue once all its
    embeddings arrived; ``streaming``: it joins at arrival and each chunk stops
    before the first embedding still missing.
+
+The embedding buffer never deadlocks (:class:`EmbeddingInbox`):
+
+* with ``after_encode`` a request holds its whole embedding reservation or
+  none of it: its first transfer reserves every item's bytes, so an item
+  already landed can never wait on buffer room that only the request's own
+  admission would free (the other items of a half-delivered request would);
+* a transfer larger than the buffer is cut at item boundaries into parts
+  that fit (an envelope of several requests, an RServe batch of many items);
+* a request that could never fit -- after_encode: all its embeddings at
+  once; streaming: one item -- is refused at arrival (``build``), never
+  queued; so every reservation fits an empty buffer, and the FIFO grant
+  order lets the oldest waiting transfer in as soon as room frees.
 
 Text-only requests go straight to their LLM worker.
 
@@ -36,48 +49,93 @@ from lmmsim.policies.encode_dispatch import EncodeItem
 
 
 class ByteBudget:
-    """Receiver memory for embeddings, granted FIFO. A request larger than the
-    whole budget is admitted when the budget is empty (alone), so it cannot
-    deadlock."""
+    """Receiver memory for embeddings, granted FIFO.
 
-    def __init__(self, env, capacity_bytes: float):
+    A reservation larger than the whole budget could never be granted: callers
+    cut transfers to fit (:meth:`EmbeddingInbox.transfer_parts`) and refuse
+    larger requests at arrival. When the oldest waiting reservation does not
+    fit, ``on_blocked()`` (if given) may free room and grant a waiter out of
+    order with :meth:`grant`; it returns whether it granted one.
+    """
+
+    def __init__(self, env, capacity_bytes: float, on_blocked=None):
         self.env = env
         self.capacity = capacity_bytes
         self.used = 0.0
         self.peak = 0.0
-        self._waiting: deque = deque()
+        self.on_blocked = on_blocked
+        self.waiting: deque = deque()  # (num_bytes, event, owner), oldest first
 
-    def acquire(self, num_bytes: float):
+    def acquire(self, num_bytes: float, owner=None):
+        if num_bytes > self.capacity:
+            raise ValueError(f"a reservation of {num_bytes:.0f} B exceeds the whole buffer ({self.capacity:.0f} B)")
         ev = self.env.event()
-        self._waiting.append((num_bytes, ev))
+        self.waiting.append((num_bytes, ev, owner))
         self._grant()
         return ev
 
-    def release(self, num_bytes: float) -> None:
+    def release(self, num_bytes: float, regrant: bool = True) -> None:
         self.used -= num_bytes
+        if regrant:
+            self._grant()
+
+    def fits(self, num_bytes: float) -> bool:
+        return self.used + num_bytes <= self.capacity
+
+    def grant(self, entry) -> None:
+        """Grant the waiting ``entry`` now (it must fit)."""
+        self.waiting.remove(entry)
+        num_bytes, ev, _owner = entry
+        self.used += num_bytes
+        self.peak = max(self.peak, self.used)
+        ev.succeed()
+
+    def regrant(self) -> None:
+        """Try the waiting reservations again (the owner's view of room changed)."""
         self._grant()
 
     def _grant(self) -> None:
-        while self._waiting:
-            num_bytes, ev = self._waiting[0]
-            if self.used + num_bytes > self.capacity and self.used > 0:
+        while self.waiting:
+            head = self.waiting[0]
+            if self.fits(head[0]):
+                self.grant(head)
+            elif self.on_blocked is None or not self.on_blocked():
                 return
-            self._waiting.popleft()
-            self.used += num_bytes
-            self.peak = max(self.peak, self.used)
-            ev.succeed()
 
 
 class EmbeddingInbox:
     """Embeddings arriving at one LLM worker: an :class:`EmbeddingTracker` per
-    request with media, and the receiver memory (:class:`ByteBudget`) they hold."""
+    request with media, and the receiver memory (:class:`ByteBudget`) they hold.
 
-    def __init__(self, env, engine, buffer_bytes: float, bytes_per_token: float, admit_when_complete: bool):
+    Streaming admission puts every request in the engine at arrival, so two
+    orders meet here: the buffer grants transfers as encoders finish, the
+    engine consumes embeddings in its own order (queue policy, admission). A
+    request early in the engine's order could then wait forever for room held
+    by embeddings of requests behind it (which wait for it, or for the KV
+    blocks it holds). So when a reservation is blocked, the buffer evicts
+    embeddings of *waiting* requests ranked below the best-ranked blocked
+    one (:meth:`ContinuousBatchingScheduler.consumption_rank`), lowest
+    first, and their items travel again later (``resend``), as an encoder
+    cache drops entries no running request uses. after_encode needs none of
+    this: a request holds its whole reservation or none (module docstring).
+    """
+
+    def __init__(self, env, engine, buffer_bytes: float, bytes_per_token: float, admit_when_complete: bool,
+                 resend=None):
+        self.env = env
         self.engine = engine
-        self.buffer = ByteBudget(env, buffer_bytes)
+        self.buffer = ByteBudget(env, buffer_bytes, on_blocked=None if admit_when_complete else self._make_room)
         self.bytes_per_token = bytes_per_token
         self.admit_when_complete = admit_when_complete
+        # ``resend(items)``: send evicted items again (the front end's transfer path)
+        self.resend = resend
         self.trackers: dict[int, EmbeddingTracker] = {}  # request id -> its tracker, until all is consumed
+        # after_encode: requests whose whole embedding reservation is taken (a request's
+        # first transfer takes it; later ones carry only bytes over the link)
+        self._reserved: set[int] = set()
+        # streaming: request id -> {media index: (encoder, encode item)}, items landed here (for eviction)
+        self._landed: dict[int, dict] = {}
+        self.num_evicted_items = 0
         # Requests routed here whose embeddings are still coming: load the engine
         # does not see yet (after_encode admission), counted for the router.
         self.num_awaiting = 0
@@ -93,8 +151,53 @@ class EmbeddingInbox:
                 self.num_awaiting += 1
         return tracker
 
-    def deliver(self, seq, indices: list[int]) -> None:
+    def transfer_parts(self, items: list) -> list[tuple[list, float]]:
+        """Cut one transfer's ``items`` (encode items bound here) into parts whose
+        buffer reservations fit the buffer; returns ``(items, reserve_bytes)`` per part.
+
+        after_encode: a request's first part reserves all of its embeddings (never
+        larger than the buffer: larger requests are refused at arrival), later
+        ones nothing. streaming: each item reserves its own bytes, and a part
+        holds one request's items."""
+        capacity = self.buffer.capacity
+        reserved_before = set(self._reserved)
+        needs = [(it, self._reservation(it)) for it in items]
+        # Items whose room an earlier transfer reserved travel on their own, at once:
+        # queued behind another request's reservation they would hold theirs hostage.
+        covered = [it for it, _ in needs if it.seq.request.request_id in reserved_before]
+        parts: list[tuple[list, float]] = [(covered, 0.0)] if covered else []
+        current: list = []
+        reserve = 0.0
+        for it, need in needs:
+            if it.seq.request.request_id in reserved_before:
+                continue
+            # streaming: one request per part, so a blocked part has one rank (eviction)
+            other = current and current[-1].seq is not it.seq
+            if current and (reserve + need > capacity or (other and not self.admit_when_complete)):
+                parts.append((current, reserve))
+                current, reserve = [], 0.0
+            current.append(it)
+            reserve += need
+        if current:
+            parts.append((current, reserve))
+        return parts
+
+    def _reservation(self, item) -> float:
+        """Buffer bytes ``item``'s transfer must set aside (and record the reservation)."""
+        if not self.admit_when_complete:
+            return self.tracker(item.seq).unreleased_tokens(item.index) * self.bytes_per_token
+        rid = item.seq.request.request_id
+        if rid in self._reserved:
+            return 0.0
+        self._reserved.add(rid)
+        return item.seq.request.num_mm_tokens * self.bytes_per_token
+
+    def deliver(self, seq, items: list, encoder: int) -> None:
+        """The encode ``items`` of ``seq``, sent by ``encoder``, landed here."""
         tracker = self.tracker(seq)
+        indices = [it.index for it in items]
+        if not self.admit_when_complete:
+            self._landed.setdefault(seq.request.request_id, {}).update((it.index, (encoder, it)) for it in items)
         was_complete = tracker.complete
         joined = tracker.mark_ready(indices)
         if joined:
@@ -105,6 +208,13 @@ class EmbeddingInbox:
             self.engine.submit(seq)
             return
         self.engine.notify()
+        self.retry()  # what landed may be evictable for a blocked reservation
+
+    def retry(self) -> None:
+        """Streaming: reconsider blocked reservations after the evictable set changed
+        (embeddings landed, requests preempted back to waiting)."""
+        if self.buffer.waiting and self.buffer.on_blocked is not None:
+            self.buffer.regrant()
 
     def consume(self, seq) -> None:
         """Free the embeddings of positions prefill has computed."""
@@ -117,6 +227,66 @@ class EmbeddingInbox:
             self.buffer.release(freed * self.bytes_per_token)
         if tracker.complete and not tracker.held_tokens and seq.num_computed >= seq.request.num_prompt_tokens:
             del self.trackers[rid]
+            self._reserved.discard(rid)
+            self._landed.pop(rid, None)
+
+    # ------------------------------------------------------- eviction (streaming)
+    def _make_room(self) -> bool:
+        """The oldest reservation does not fit: free room for the blocked reservation
+        first in consumption order by evicting items after it in that order, last
+        first; grant it if it then fits.
+
+        Consumption order: the engine's rank of the request, then the item's place in
+        its prompt. An item may be evicted if its request is waiting (not admitted), or
+        if it lies after a gap in its request's embeddings (nothing consumes it before
+        the gap fills) -- which also frees a request's own later items for its earlier one."""
+        rank = self.engine.scheduler.consumption_rank
+        entry = min(self.buffer.waiting, key=lambda e: (rank(e[2][0]), e[2][1]))
+        bound = (rank(entry[2][0]), entry[2][1])
+        victims = []
+        for rid, landed in self._landed.items():
+            tracker = self.trackers[rid]
+            for index, (_enc, it) in landed.items():
+                if not tracker.unreleased_tokens(index):
+                    continue  # consumed already (a preempted request's): evicting frees nothing
+                if it.seq.status == "waiting" or index >= tracker.num_leading_ready:
+                    key = (rank(it.seq), index)
+                    if key > bound:
+                        victims.append((key, rid, index))
+        victims.sort()
+        evicted = []
+        while victims and not self.buffer.fits(entry[0]):
+            _key, rid, index = victims.pop()
+            evicted.append(self._evict(rid, index))
+        if evicted:  # sent again once this grant round is over (never from inside it)
+            self.env.timeout(0).callbacks.append(lambda _e, sent=evicted: self._send_again(sent))
+        if not self.buffer.fits(entry[0]):
+            return False
+        self.buffer.grant(entry)
+        return True
+
+    def _evict(self, rid: int, index: int) -> tuple:
+        """Drop landed, unconsumed media item ``index`` of request ``rid``; returns
+        ``(encoder, encode item)``."""
+        tracker = self.trackers[rid]
+        landed = self._landed[rid]
+        encoder, item = landed.pop(index)
+        if not landed:
+            del self._landed[rid]
+        if tracker.complete:  # its embeddings are coming again: router load, as at arrival
+            self.num_awaiting += 1
+        self.buffer.release(tracker.evict(index) * self.bytes_per_token, regrant=False)
+        self.engine.scheduler.media_evicted(item.seq, tracker.num_leading_ready)
+        self.num_evicted_items += 1
+        return encoder, item
+
+    def _send_again(self, sent: list) -> None:
+        """Evicted items travel again from the encoder that sent them."""
+        by_encoder: dict[int, list] = {}
+        for encoder, it in sent:
+            by_encoder.setdefault(encoder, []).append(it)
+        for encoder, items in by_encoder.items():
+            self.resend(encoder, items)
 
     @property
     def held_bytes(self) -> float:
@@ -212,21 +382,27 @@ class DisaggregatedFrontend:
             key = it.target if self.envelope else it.seq.request.request_id
             groups.setdefault(key, []).append(it)
         for items in groups.values():
-            self._send_embeddings(encoder, items)
+            self.send_embeddings(encoder, items)
 
-    def _send_embeddings(self, encoder: int, items: list[EncodeItem]) -> None:
-        """One transfer carrying ``items`` (all for the same LLM worker)."""
+    def send_embeddings(self, encoder: int, items: list[EncodeItem]) -> None:
+        """One transfer carrying ``items`` (all for the same LLM worker), cut into
+        parts the receiver's buffer can take."""
         inbox = self.inboxes[items[0].target]
+        for part, reserve in inbox.transfer_parts(items):
+            self._send_part(encoder, inbox, part, reserve)
+
+    def _send_part(self, encoder: int, inbox: EmbeddingInbox, items: list[EncodeItem], reserve: float) -> None:
+        """One transfer: reserve ``reserve`` bytes at the receiver, then cross the link."""
         per_request: dict = {}
         for it in items:
-            per_request.setdefault(id(it.seq), (it.seq, []))[1].append(it.index)
+            per_request.setdefault(id(it.seq), (it.seq, []))[1].append(it)
         num_bytes = sum(it.num_llm_tokens for it in items) * inbox.bytes_per_token
         sender = self.encoder_senders[encoder]
         tag = items[0].seq.request.request_id
 
         def delivered(_done):
-            for seq, indices in per_request.values():
-                inbox.deliver(seq, indices)
+            for seq, its in per_request.values():
+                inbox.deliver(seq, its, encoder)
 
         def start(_event):
             if self.local_target and items[0].target == self.local_target[encoder]:
@@ -234,7 +410,10 @@ class DisaggregatedFrontend:
                 return
             sender.send(num_bytes, tag=tag).callbacks.append(delivered)
 
-        inbox.buffer.acquire(num_bytes).callbacks.append(start)
+        if reserve:
+            inbox.buffer.acquire(reserve, owner=(items[0].seq, items[0].index)).callbacks.append(start)
+        else:
+            start(None)
 
     def on_batch(self, engine_index: int, plan) -> None:
         """After an LLM batch: release embeddings its chunks consumed."""
@@ -242,6 +421,8 @@ class DisaggregatedFrontend:
         for seq, _n, _start in plan.chunks:
             if seq.request.media_segments:
                 inbox.consume(seq)
+        if plan.preempted:
+            inbox.retry()
 
     # ----------------------------------------------------------- KV  P -> D
     def on_prefilled(self, prefill_index: int, seq) -> None:

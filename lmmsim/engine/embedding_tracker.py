@@ -77,14 +77,30 @@ class EmbeddingTracker:
             if not self._ready[i]:
                 self._ready[i] = True
                 # the part of an item below the release point is never held
-                seg = self.segments[i]
-                self._held_tokens += seg.end - max(seg.start, min(seg.end, self._freed_until))
+                self._held_tokens += self.unreleased_tokens(i)
         before = self._num_leading_ready
         k = before
         while k < len(self._ready) and self._ready[k]:
             k += 1
         self._num_leading_ready = k
         return k - before
+
+    def unreleased_tokens(self, index: int) -> int:
+        """Tokens of media item ``index`` above the release point: what holding it costs
+        (a preempted request's recompute reuses what it consumed before, see the scheduler)."""
+        seg = self.segments[index]
+        return seg.end - max(seg.start, min(seg.end, self._freed_until))
+
+    def evict(self, index: int) -> int:
+        """Drop the embeddings of media item ``index`` (arrived, not yet consumed): it
+        is missing again. Returns the media tokens freed."""
+        if not self._ready[index]:
+            return 0
+        self._ready[index] = False
+        self._num_leading_ready = min(self._num_leading_ready, index)
+        freed = self.unreleased_tokens(index)
+        self._held_tokens -= freed
+        return freed
 
     def release_computed(self, num_computed: int) -> int:
         """Free the embeddings of positions below ``num_computed`` (their prefill

@@ -67,7 +67,7 @@ class SeqState:
         "request", "num_computed", "num_scheduled", "num_generated", "next_media", "media_ready", "admit_order",
         "in_decode", "cohort", "dec_base", "gen_base", "finish_step", "num_blocks", "busy", "in_flight",
         "prefill_started_at", "first_token_at", "finished_at",
-        "encode_started_at", "encode_finished_at", "num_preemptions", "replica", "status",
+        "encode_started_at", "encode_finished_at", "num_preemptions", "replica", "status", "reject_reason",
     )
 
     def __init__(self, request: Request, replica: int = 0):
@@ -94,6 +94,7 @@ class SeqState:
         self.num_preemptions = 0
         self.replica = replica
         self.status = "waiting"
+        self.reject_reason = None  # why it was refused at arrival (status "rejected")
 
     @property
     def num_tokens(self) -> int:
@@ -159,6 +160,7 @@ class ContinuousBatchingScheduler:
         self.prefilling: list[SeqState] = []  # running, still in prefill, admission order
         self.prefilled: list[SeqState] = []  # arrived with their KV, waiting to join a cohort
         self.num_decoding = 0
+        self.num_reserved = 0  # prefilled requests with KV reserved here, their transfer not yet landed
         self.num_preemptions = 0
         self._fit = self._fit_local if media == "local" else self._fit_remote
         # Most requests whose prefill tokens one batch may carry (None: any).
@@ -206,17 +208,33 @@ class ContinuousBatchingScheduler:
         """Remote media: embeddings of the next ``count`` media items (prompt order) arrived."""
         seq.media_ready += count
 
+    def media_evicted(self, seq: SeqState, num_leading_ready: int) -> None:
+        """Remote media: the receiver dropped embeddings of a waiting request; only its
+        first ``num_leading_ready`` media items are still there."""
+        seq.media_ready = num_leading_ready
+
+    def consumption_rank(self, seq: SeqState) -> tuple:
+        """Where ``seq`` stands in the order this engine computes prompts: running
+        prefills (admission order) before waiting requests (queue order). The
+        embedding buffer evicts waiting requests' embeddings by it."""
+        if seq.status == "running":
+            return (0, seq.admit_order)
+        return (1, *self.queue.order_key(seq))
+
     def reserve(self, seq: SeqState) -> bool:
-        """Reserve KV blocks for a prefilled request about to be transferred here."""
+        """Reserve KV blocks -- and a place among ``max_running`` -- for a prefilled
+        request about to be transferred here."""
         need = blocks_for(seq.num_computed, self.block_size)
-        if need > self.pool.num_free:
+        if need > self.pool.num_free or self.num_running + self.num_reserved >= self.max_running:
             return False
         self.pool.allocate(need)
         seq.num_blocks = need
+        self.num_reserved += 1
         return True
 
     def admit_prefilled(self, seq: SeqState) -> None:
         """A request whose KV (reserved with :meth:`reserve`) has arrived joins decoding."""
+        self.num_reserved -= 1
         seq.admit_order = self._admit_counter
         self._admit_counter += 1
         seq.status = "running"

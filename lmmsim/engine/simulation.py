@@ -1,6 +1,23 @@
 """The run loop: arrivals feed replicas through a router until all requests end.
 
 Runtime objects only (no scenario config): :mod:`lmmsim.build` wires them.
+
+How a request ends (its ``status``):
+
+* ``finished`` -- its last output token was sampled;
+* ``rejected`` -- refused at arrival, never run; ``reject_reason`` says why
+  (longer than the max model length, embeddings larger than the receiver's
+  embedding buffer, ...), as vLLM refuses an over-long prompt;
+* ``unfinished`` -- it arrived before ``sim.horizon_s`` and was still queued,
+  encoding, transferring or running when the clock stopped there;
+* ``not_arrived`` -- its arrival time is at or past the horizon: it never
+  entered the system and counts in no metric.
+
+Liveness: a run ends when no event is left. If requests that arrived are
+still in the system then, nothing can ever move them (a deadlock between
+resources, or a policy that never schedules them): :meth:`Simulation.run`
+raises :class:`StuckRunError` naming what they wait for, instead of reporting
+them as ``unfinished``.
 """
 
 from __future__ import annotations
@@ -11,6 +28,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from lmmsim.engine.clock import SimEnvironment
+from lmmsim.errors import StuckRunError
 from lmmsim.engine.scheduler import SeqState
 from lmmsim.workload.request import Request
 
@@ -29,6 +47,34 @@ class SimulationResult:
         return self.frontend.llm_engines
 
 
+ENDED = ("finished", "rejected")
+
+
+def waiting_on(seq, remote_media: bool) -> str:
+    """What a request still in the system waits for, in words (from its engine state;
+    ``remote_media``: its embeddings come from encoder workers)."""
+    status = seq.status
+    media = seq.request.media_segments
+    if status == "transferring":
+        return "a KV transfer to decode (or a decode worker's KV reservation)"
+    if remote_media and seq.media_ready < len(media):
+        return "embeddings (encoder, embedding buffer or link)"
+    if status == "waiting":
+        return "admission to an LLM batch (KV blocks, max_running or the queue policy)"
+    return "its next prefill or decode step"
+
+
+def stuck_message(seqs, num_requests: int, now: float, remote_media: bool) -> str:
+    """One line: how many requests are stuck, grouped by what they wait for, with a few ids."""
+    groups: dict[str, list[int]] = {}
+    for seq in seqs:
+        groups.setdefault(waiting_on(seq, remote_media), []).append(seq.request.request_id)
+    parts = [f"{len(ids)} waiting for {what} (ids {', '.join(map(str, ids[:5]))}{', ...' if len(ids) > 5 else ''})"
+             for what, ids in sorted(groups.items(), key=lambda kv: -len(kv[1]))]
+    return (f"{len(seqs)} of {num_requests} requests can never finish: no event is left at t = {now:.3f} s; "
+            + "; ".join(parts))
+
+
 class Simulation:
     """Replays ``requests`` against the deployment ``make_frontend`` builds.
 
@@ -37,20 +83,20 @@ class Simulation:
     ``workers`` / ``llm_engines`` list what it runs. Engines call
     ``on_finish(seq)`` once per completed request and may ask ``barrier_at()``
     for the next instant anything external can change (the next arrival or
-    the horizon). ``rejected`` holds request ids refused at arrival (longer
-    than the deployment's max model length); they are reported, never run.
+    the horizon). ``rejected`` maps the ids of requests refused at arrival to
+    the reason (see the module docstring); they are reported, never run.
     """
 
     def __init__(
         self,
         requests: Sequence[Request],
         make_frontend: Callable,
-        rejected: frozenset[int] = frozenset(),
+        rejected: dict[int, str] | None = None,
         horizon_s: float | None = None,
         progress: Callable[[int, int], None] | None = None,
     ):
         self.requests = requests
-        self.rejected = rejected
+        self.rejected = rejected or {}
         self.horizon_s = horizon_s
         self.progress = progress
         self.env = SimEnvironment()
@@ -77,8 +123,10 @@ class Simulation:
         for i, seq in enumerate(seqs):
             yield env.timeout_at(seq.request.arrived_at, late=False)
             self._next_arrival_at = requests[i + 1].arrived_at if i + 1 < n else math.inf
-            if seq.request.request_id in self.rejected:
+            reason = self.rejected.get(seq.request.request_id)
+            if reason is not None:
                 seq.status = "rejected"
+                seq.reject_reason = reason
                 self._on_finish(seq)
                 continue
             frontend.arrive(seq)
@@ -86,19 +134,29 @@ class Simulation:
     def run(self) -> SimulationResult:
         wall0 = time.perf_counter()
         self.env.process(self._arrivals())
+        env = self.env
+        horizon = self._horizon
         if self.horizon_s is None:
-            self.env.run()
-        else:
-            self.env.run(until=self.horizon_s)
+            env.run()
+        else:  # env.run(until) would leave its own marker event queued, hiding an empty queue
+            queue = env._queue
+            while queue and queue[0][0] < horizon:  # as run(until): nothing at the horizon itself
+                env.step()
+        in_system = [s for s in self.seqs if s.status not in ENDED and s.request.arrived_at < horizon]
+        if in_system and not env._queue:  # nothing left that could ever move them
+            remote = hasattr(self.frontend, "inboxes")
+            raise StuckRunError(stuck_message(in_system, len(self.seqs), env.now, remote))
+        if self.horizon_s is not None:
+            env._now = max(env.now, horizon)  # the clock stopped at the horizon
         for seq in self.seqs:
-            if seq.status not in ("finished", "rejected"):
-                seq.status = "unfinished"
+            if seq.status not in ENDED:
+                seq.status = "unfinished" if seq.request.arrived_at < horizon else "not_arrived"
         if self.progress is not None:
             self.progress(self.num_done, len(self.seqs))
         return SimulationResult(
             seqs=self.seqs,
             frontend=self.frontend,
-            end_at=self.env.now,
+            end_at=env.now,
             num_events=self.env.num_events,
             wall_s=time.perf_counter() - wall0,
         )

@@ -1,9 +1,10 @@
 """Per-request records: engine states -> one pandas row per request.
 
 Times are simulated seconds. A request that never reached a stage has NaN in
-that stage's column; ``status`` says how it ended (finished, rejected: longer
-than the deployment's max model length, unfinished: still queued or running
-at the horizon).
+that stage's column; ``status`` says how it ended (``finished``; ``rejected``
+at arrival, with ``reject_reason``; ``unfinished``: arrived before the horizon
+and still in the system there; ``not_arrived``: arrival past the horizon; see
+:mod:`lmmsim.engine.simulation`).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 COLUMNS = (
-    "request_id", "class_name", "modality", "status", "replica",
+    "request_id", "class_name", "modality", "status", "reject_reason", "replica",
     "arrived_at", "encode_started_at", "encode_finished_at", "prefill_started_at",
     "first_token_at", "finished_at",
     "num_prompt_tokens", "num_text_tokens", "num_mm_tokens", "num_media_items",
@@ -30,6 +31,7 @@ def requests_frame(seqs) -> pd.DataFrame:
         cols["class_name"].append(r.class_name)
         cols["modality"].append(r.modality)
         cols["status"].append(s.status)
+        cols["reject_reason"].append(s.reject_reason)
         cols["replica"].append(s.replica)
         cols["arrived_at"].append(r.arrived_at)
         cols["encode_started_at"].append(s.encode_started_at)

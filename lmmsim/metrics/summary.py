@@ -1,6 +1,8 @@
 """Run summary: latency percentiles, throughput, goodput, SLO attainment, GPU use.
 
-Definitions (all over the requests of one run):
+Definitions (all over the requests of one run that arrived: a request whose
+arrival lies past ``sim.horizon_s`` is counted in ``num_not_arrived`` and in
+nothing else; statuses in :mod:`lmmsim.engine.simulation`):
 
 * latency blocks (``ttft_s``, ``tpot_s``, ``e2e_s``,
   ``normalized_latency_s_per_token``) are over finished requests; TPOT only
@@ -10,8 +12,8 @@ Definitions (all over the requests of one run):
   are counts over that window;
 * a request meets its SLO when it finished, its TTFT is within the SLO of its
   modality (if one is set) and its TPOT within the TPOT SLO (if set);
-  ``slo_attainment`` is over all requests, unfinished and rejected ones
-  counting as misses;
+  ``slo_attainment`` is over all arrived requests, ``unfinished`` ones (still
+  in the system at the horizon) and ``rejected`` ones counting as misses;
 * ``slo_violation_severity``: mean of ``ttft / bound - 1`` over the finished
   requests that missed their TTFT bound;
 * ``gpu_utilization`` is each GPU's busy time over the window.
@@ -78,6 +80,9 @@ def summarize(
     tpot_slo: float | None,
     num_preemptions: int,
 ) -> dict:
+    num_not_arrived = int(df["status"].eq("not_arrived").sum())
+    if num_not_arrived:
+        df = df[df["status"].ne("not_arrived")]
     finished = df["status"].eq("finished")
     start = float(df["arrived_at"].min()) if len(df) else 0.0
     last = float(df.loc[finished, "finished_at"].max()) if finished.any() else start
@@ -89,10 +94,11 @@ def summarize(
         return x / window if window > 0 else None
 
     summary = {
-        "num_requests": int(len(df)),
+        "num_requests": int(len(df)) + num_not_arrived,
         "num_finished": int(finished.sum()),
         "num_rejected": int(df["status"].eq("rejected").sum()),
         "num_unfinished": int(df["status"].eq("unfinished").sum()),
+        "num_not_arrived": num_not_arrived,
         "window_s": window,
         **_latency_blocks(df),
         "throughput": {

@@ -48,6 +48,13 @@ class QueuePolicy(ABC):
     def refresh(self, now: float) -> None:  # noqa: B027 - optional hook
         """Update time-dependent priorities; FCFS has none."""
 
+    def order_key(self, entry) -> tuple:
+        """A sort key of ``entry``'s place in the order the queue offers entries now
+        (smaller first); the default, arrival order, is FCFS's up to preempted entries
+        put back in front. Used outside the batch path (embedding buffer eviction)."""
+        r = entry.request
+        return (r.arrived_at, r.request_id)
+
 
 class FcfsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -130,6 +130,9 @@ class RpsQueue(QueuePolicy):
         return (self.score(seq), r.arrived_at, r.request_id)
 
     # ------------------------------------------------------------ QueuePolicy
+    def order_key(self, entry) -> tuple:
+        return self.sort_key(entry)
+
     def refresh(self, now: float) -> None:
         if now != self.now:
             self.now = now

@@ -29,13 +29,17 @@ def reference_models(device: str = "cpu") -> tuple[TinyDecoder, TinyDecoder, Tin
             TinyViT(device=device))
 
 
-def measure(decoder: TinyDecoder, name: str, kind: str, shape: dict, repeats: int, device: str) -> dict:
+def pass_fn(model: TinyDecoder | TinyViT, kind: str, shape: dict):
+    """A no-argument callable running one forward pass of ``kind`` (prefill, decode, encode) at ``shape``."""
     if kind == "prefill":
-        fn = lambda: decoder.prefill(shape["num_tokens"])  # noqa: E731
-    elif kind == "decode":
-        fn = lambda: decoder.decode(shape["batch"], shape["context"])  # noqa: E731
-    else:
-        fn = lambda: decoder.forward(shape["batch"])  # noqa: E731
+        return lambda: model.prefill(shape["num_tokens"])
+    if kind == "decode":
+        return lambda: model.decode(shape["batch"], shape["context"])
+    return lambda: model.forward(shape["batch"])
+
+
+def measure(decoder: TinyDecoder | TinyViT, name: str, kind: str, shape: dict, repeats: int, device: str) -> dict:
+    fn = pass_fn(decoder, kind, shape)
     return {"model": name, "kind": kind, **shape, "time_ms": time_forward(fn, repeats, device)}
 
 

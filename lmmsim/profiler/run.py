@@ -341,6 +341,13 @@ def _resolve(models) -> list[ModelSpec]:
     return out
 
 
+def output_files(device_type: str) -> tuple[str, ...]:
+    """Every file :func:`profile` may write on a ``cpu`` or ``cuda`` device (the CLI
+    checks them against a user's files before measuring for minutes)."""
+    classes = G.CLASS_ORDER + (("sm_limit", "allreduce", "p2p") if device_type == "cuda" else ())
+    return tuple(csv_path(Path(), c).name for c in classes) + ("meta.json",)
+
+
 def profile(device: str, hardware: str, models: list, out_dir: Path, *, quick: bool = False,
             max_minutes: float | None = None, tp_sizes=(1, 2, 4, 8), progress: bool = True, command: str = "",
             fuse: bool | None = None) -> Path:

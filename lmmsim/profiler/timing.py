@@ -5,7 +5,9 @@ Two timers with one interface, ``measure(fn) -> Timing``:
 * :class:`CpuTimer` — wall clock (``time.perf_counter_ns``) around each call;
   CPU kernels are synchronous, so that is the kernel time (plus the few
   microseconds of Python dispatch a real CPU engine also pays). The garbage
-  collector is paused while measuring.
+  collector is paused while measuring. :meth:`CpuTimer.sample` times a single
+  call and also says how much of it this process actually ran (a busy machine
+  shows as a CPU share under 1).
 * :class:`CudaTimer` — a pair of CUDA events around each call, so the time is
   what the GPU spent, not what the host spent launching. Before each call it
   (1) overwrites an L2-sized buffer, so weights and KV caches come from HBM as
@@ -40,6 +42,19 @@ class Timing:
     p10_ms: float
     p90_ms: float
     repeats: int
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One timed call: wall-clock milliseconds and the share of them this process ran.
+
+    ``cpu_share`` (process CPU time / wall time) well under 1 means the scheduler
+    gave the core to someone else mid-call, so ``wall_ms`` holds their work too:
+    a busy machine, not a slow kernel.
+    """
+
+    wall_ms: float
+    cpu_share: float
 
 
 @dataclass(frozen=True)
@@ -133,6 +148,22 @@ class CpuTimer:
             if gc_was_enabled:
                 gc.enable()
         return summarize(samples)
+
+    def sample(self, fn: Callable[[], object]) -> Sample:
+        """Time one call of ``fn`` with cold caches, as :meth:`measure` times each
+        repeat, by the wall clock and by this process's CPU clock."""
+        self._cold()
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            c0, t0 = time.process_time_ns(), time.perf_counter_ns()
+            fn()
+            t1, c1 = time.perf_counter_ns(), time.process_time_ns()
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        wall = max(1, t1 - t0)
+        return Sample(wall * 1e-6, (c1 - c0) / wall)
 
 
 class CudaTimer:

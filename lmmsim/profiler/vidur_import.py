@@ -100,6 +100,46 @@ _MLP_OPS = (
 )
 
 
+# Columns each Vidur file must have (shapes: every cell a number), and its flag columns.
+_MLP_SHAPE = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "num_tokens", "num_tensor_parallel_workers")
+_ATTENTION_SHAPE = ("n_embd", "n_q_head", "n_kv_head", "num_tensor_parallel_workers", "batch_size",
+                    "prefill_chunk_size", "kv_cache_size")
+_NETWORK_SHAPE = ("num_workers", "size")
+
+#: The files an import may write (checked against a user's files before anything is read).
+OUTPUT_FILES = tuple(opdata.csv_path(Path(), c).name for c in opdata.FITTED_CLASSES) + ("meta.json",)
+
+
+def _read(path: Path, shape: tuple[str, ...], flags: tuple[str, ...] = (), medians=()) -> pd.DataFrame:
+    """One Vidur CSV, checked: readable, with rows, its shape and flag columns, the
+    ``time_stats.<metric>.median`` of every metric in ``medians``, all times numbers
+    (an empty cell is a missing median: the row is dropped and counted)."""
+    required = (*shape, *flags, *(f"time_stats.{m}.median" for m in medians))
+    df = opdata.read_table(path, required=required, complete=(*shape, "devices_per_node"), flags=flags)
+    if df.empty:
+        raise UserError(str(path), f"holds a header but no rows (columns {', '.join(map(str, df.columns[:6]))}, ...)")
+    times = [c for c in df.columns if str(c).startswith("time_stats.")]
+    return opdata.check_numeric(path, df, numeric=times)
+
+
+def _read_mlp(path: Path) -> pd.DataFrame:
+    df = _read(path, _MLP_SHAPE, flags=("use_gated_mlp",))
+    if not any(f"time_stats.{metric}.median" in df.columns for metric, _, _ in _MLP_OPS):
+        raise UserError(str(path), "no operator timings: none of the columns time_stats.<op>.median for op in "
+                                   + ", ".join(metric for metric, _, _ in _MLP_OPS))
+    return df
+
+
+def _read_attention(path: Path) -> pd.DataFrame:
+    df = _read(path, _ATTENTION_SHAPE, flags=("is_prefill",))
+    prefill = _bool(df["is_prefill"])
+    need = [m for m, rows in (("attn_prefill", prefill), ("attn_decode", ~prefill)) if rows.any()]
+    missing = [f"time_stats.{m}.median" for m in need if f"time_stats.{m}.median" not in df.columns]
+    if missing:
+        raise UserError(str(path), f"missing column(s) {', '.join(missing)} (it has rows of that kind)")
+    return df
+
+
 def _stat(df: pd.DataFrame, metric: str, stat: str) -> pd.Series:
     col = f"time_stats.{metric}.{stat}"
     return df[col].astype(float) if col in df.columns else pd.Series(float("nan"), index=df.index)
@@ -321,11 +361,13 @@ def import_vidur(src: Path, out: Path, *, gpu: str, network: str | None = None,
     attention_frames: list[pd.DataFrame] = []
     notes: list[str] = []
 
-    for path in sorted(compute.rglob("mlp.csv")):
+    mlp_paths, attention_paths = sorted(compute.rglob("mlp.csv")), sorted(compute.rglob("attention.csv"))
+    if not mlp_paths and not attention_paths:
+        raise UserError(str(compute), "holds no mlp.csv or attention.csv (Vidur's layout: "
+                                      f"compute/{gpu}/<org>/<model>/mlp.csv and .../attention.csv)")
+    for path in mlp_paths:
         source = path.parent.relative_to(compute).as_posix()
-        df = pd.read_csv(path)
-        if df.empty:
-            continue
+        df = _read_mlp(path)
         mlp_frames.append(df)
         models.append(source)
         for cls, frames in _convert_mlp(df, source, dropped).items():
@@ -334,11 +376,9 @@ def import_vidur(src: Path, out: Path, *, gpu: str, network: str | None = None,
             notes.append(f"{source}: parallel attention+MLP block (no post-attention norm); its norm rows are "
                          "labelled op=layernorm and its `add` (two adds in one timer) is left out")
 
-    for path in sorted(compute.rglob("attention.csv")):
+    for path in attention_paths:
         source = path.parent.relative_to(compute).as_posix()
-        df = pd.read_csv(path)
-        if df.empty:
-            continue
+        df = _read_attention(path)
         attention_frames.append(df)
         if source not in models:
             models.append(source)
@@ -355,9 +395,7 @@ def import_vidur(src: Path, out: Path, *, gpu: str, network: str | None = None,
             if not path.exists():
                 notes.append(f"network/{network}/{fname} missing: no {cls} rows")
                 continue
-            df = pd.read_csv(path)
-            if df.empty:
-                continue
+            df = _read(path, _NETWORK_SHAPE, medians=(metric,))
             network_frames.append(df)
             parts.setdefault(cls, []).append(
                 _convert_collective(df, metric, cls, network, dropped, include_multinode))
@@ -372,6 +410,9 @@ def import_vidur(src: Path, out: Path, *, gpu: str, network: str | None = None,
         df = pd.concat(frames, ignore_index=True)
         opdata.write_class(out, cls, df)
         counts[cls] = len(df)
+    if not counts:
+        raise UserError(str(src), "nothing to import: every row was dropped ("
+                        + "; ".join(f"{c}: {why}" for c, per in dropped.counts.items() for why in per) + ")")
 
     notes += [
         ("times: ms of GPU kernel time; time_ms = Vidur median, time_ms_min/max = Vidur min/max; "

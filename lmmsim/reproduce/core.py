@@ -10,6 +10,7 @@ from typing import Callable
 import pandas as pd
 
 from lmmsim.errors import UserError, choices
+from lmmsim.outputs import OutputDir, atomic_path, write_text_atomic
 
 ROOT = Path(__file__).resolve().parent.parent.parent / "scenarios" / "reproduce"
 
@@ -95,26 +96,34 @@ def reproduce(paper: str, out: Path, *, quick: bool = False, jobs: int | None = 
         if unknown:
             raise UserError("--figures", f"no figure {unknown[0]!r} for {paper}; valid: {choices(names)}")
         chosen = tuple(f for f in chosen if f.name in figures)
-    out = Path(out)
+    out_dir = OutputDir(out, force=force)
+    out = out_dir.path
+    # Every path this run writes, checked before the first sweep starts: a user's file
+    # in the way stops it at once, not after minutes of simulation.
+    out_dir.check("REPORT.md", *(f"{fig.name}/" for fig in chosen),
+                  *(f".{fig.name}.quick.yaml" for fig in chosen if quick),
+                  *(_plot_file(fig.name, kind, opts if [k for k, _ in fig.plots].count(kind) > 1 else {})
+                    for fig in chosen for kind, opts in fig.plots))
     rows = []
     for fig in chosen:
         sweep = ROOT / paper / fig.sweep
-        folder = out / fig.name
+        folder = out_dir.folder(fig.name)
         if fig.make is not None:
             fig.make(sweep, folder, quick, jobs)
             frame = pd.read_parquet(folder / "results.parquet")
         else:
             if quick and fig.quick_set:
-                sweep = with_overrides(sweep, out / f".{fig.name}.quick.yaml", fig.quick_set)
+                sweep = with_overrides(sweep, out_dir.file(f".{fig.name}.quick.yaml"), fig.quick_set)
             frame = run_sweep(sweep, folder, jobs=jobs, progress=False)
         ok = frame[frame["status"] == "ok"]
         kinds = [kind for kind, _ in fig.plots]
         for kind, options in fig.plots:
             name = _plot_file(fig.name, kind, options if kinds.count(kind) > 1 else {})
-            plot(kind, folder, out / name, force=True, **options)
+            with atomic_path(out_dir.file(name)) as tmp:
+                plot(kind, folder, tmp, force=True, **options)
         for claim in fig.claims:
             rows.append((fig.name, claim, float(claim.simulated(ok))))
-    report = out / "REPORT.md"
+    report = out_dir.file("REPORT.md")
     lines = [f"# Reproduction: {paper}{' (quick)' if quick else ''}", "",
              "Direction: does the simulator move the same way as the paper. Magnitude: the simulator's effect "
              "over the paper's (1.00 = same size; within 0.65-1.35 counts as matching).", "",
@@ -129,7 +138,7 @@ def reproduce(paper: str, out: Path, *, quick: bool = False, jobs: int | None = 
     if notes:
         lines += ["", "## Where it differs, and why", ""]
         lines += [f"* {f}, {c.text}: {c.why}" for f, c in notes]
-    report.write_text("\n".join(lines) + "\n")
+    write_text_atomic(report, "\n".join(lines) + "\n")
     return report
 
 
@@ -150,6 +159,5 @@ def with_overrides(sweep: Path, target: Path, sets: tuple[str, ...]) -> Path:
         raw["base"] = str((sweep.parent / raw["base"]).resolve())
     extra = dict(s.split("=", 1) for s in sets)
     raw["set"] = {**raw.get("set", {}), **{k: yaml.safe_load(v) for k, v in extra.items()}}
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(yaml.safe_dump(raw, sort_keys=False))
+    write_text_atomic(target, yaml.safe_dump(raw, sort_keys=False))
     return target

@@ -84,6 +84,13 @@ def _fitted(scn, base_dir: Path) -> AdmissionModel:
     else:
         profile = profile_isolated(scn, base_dir, num_requests=cfg.profile_requests)
         source = f"{len(profile)} isolated simulated runs"
+        if profile.empty:  # nothing to learn from: say why instead of failing inside the fit
+            refused, stuck = profile.attrs.get("rejected", []), profile.attrs.get("unfinished", [])
+            raise UserError("policy.queue", f"RPS-Serve's workload profiler has no run to fit: of "
+                            f"{cfg.profile_requests} profiled requests {len(refused)} were refused at arrival "
+                            f"({profile.attrs.get('first_reason') or 'see lmmsim validate'}) and {len(stuck)} never "
+                            "produced a token; raise deployment.max_model_len, or give measured runs in "
+                            "policy.queue.profile")
     estimator = ImpactEstimator.fit(profile, seed=scn.seed)
     report = {"profile_source": source, "estimator_mae_s": {m: float(v) for m, v in estimator.mae_s.items()}}
     if cfg.classifier == "naive":

@@ -95,7 +95,7 @@ def profiling_requests(scn, base_dir, *, num_requests: int = 240, seed_offset: i
     from lmmsim.workload.generator import generate_requests
 
     if num_requests < 1:
-        raise ValueError("num_requests must be >= 1")
+        raise UserError("--requests", f"must be at least 1 (got {num_requests})")
     prof = _profiling_scenario(scn, num_requests)
     model = catalog.get_model(prof.model)
     drawn = generate_requests(prof.workload, model, prof.seed + seed_offset, Path(base_dir))
@@ -168,6 +168,7 @@ def profile_isolated(scn, base_dir, *, num_requests: int = 240, seed_offset: int
     df = pd.DataFrame.from_records(rows, columns=[*COLUMNS, "class_name"])
     df = df.astype({c: "int64" for c in INT_COLUMNS} | {c: "float64" for c in FLOAT_COLUMNS})
     df.attrs.update(spacing_s=spacing, rejected=sorted(rejected), unfinished=unfinished,
+                    first_reason=next(iter(rejected.values()), None),
                     num_requests=num_requests, seed=scn.seed + seed_offset)
     return df
 

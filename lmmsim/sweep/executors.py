@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import shutil
-import tempfile
 import time
 import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -22,20 +21,14 @@ from typing import Callable, Iterable
 import yaml
 
 from lmmsim.errors import UserError
+from lmmsim.outputs import write_text_atomic
 
 DONE = "done.json"
 ERROR = "error.json"
 
 
 def write_json_atomic(path: Path, data) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(data, indent=2, default=str) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 def record_failure(run_dir: Path, task: dict, message: str, tb: str) -> None:
@@ -56,9 +49,12 @@ def run_one(task: dict) -> dict:
     run_dir = Path(task["run_dir"])
     start = time.perf_counter()
     try:
+        # Start from an empty dir (it is lmmsim's, under runs/): a stale error.json, or the
+        # files of a damaged earlier run, must not sit beside the new contract.
+        if run_dir.exists():
+            shutil.rmtree(run_dir)
         scn = validate_scenario(yaml.safe_load(task["scenario_yaml"]))
         run = run_scenario(scn, Path(task["base_dir"]))
-        # write_results writes a temp dir and renames it over run_dir (dropping a stale error.json)
         write_results(run, scn, run_dir, force=True)
         write_json_atomic(run_dir / DONE, {**task["meta"], "run_id": task["run_id"],
                                            "wall_s": time.perf_counter() - start})

@@ -8,10 +8,15 @@ Layout of ``out``::
         error.json          instead, when the run raised: message, traceback
     out/results.parquet     one row per point x repeat
 
-Resume: a run dir holding ``done.json`` is not run again; one holding
-``error.json`` is not either, unless ``retry_failed``. Anything else (no dir,
-or a dir left by a killed run) runs. Two points resolving to the same scenario
-share one run.
+Only ``runs/`` and ``results.parquet`` are the sweep's (claimed through
+:class:`lmmsim.outputs.OutputDir`, so a user's own file of either name stops
+the sweep before anything runs); anything else in ``out`` is left alone.
+
+Resume: a finished run (:func:`inspect_run`: ``done.json`` and the whole
+contract present and readable) is not run again; one holding ``error.json`` is
+not either, unless ``retry_failed``. Anything else (no dir, a dir left by a
+killed run, or a finished one damaged since: said on stderr) runs again from
+an empty dir. Two points resolving to the same scenario share one run.
 
 ``results.parquet`` columns: the swept keys (dotted; a mapping or list value
 is stored as its JSON text), ``repeat``, ``seed``, ``run_id``, ``status``
@@ -28,11 +33,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 import pyarrow as pa
@@ -40,9 +43,11 @@ import pyarrow.parquet as pq
 import yaml
 
 from lmmsim.errors import UserError
+from lmmsim.outputs import OutputDir, atomic_path
 from lmmsim.scenario import apply_override, dump_scenario, validate_scenario
 from lmmsim.sweep.executors import DONE, ERROR, execute, record_failure
 from lmmsim.sweep.spec import Point, SweepSpec, expand, load_sweep
+from lmmsim.yamlio import read_yaml
 
 WALL_CLOCK_FIELDS = ("sim_wall_time_s",)
 
@@ -66,12 +71,9 @@ def _base(spec: SweepSpec, sweep_path: Path) -> tuple[dict, Path]:
     if spec.scenario is not None:
         return copy.deepcopy(spec.scenario), sweep_path.resolve().parent
     base = (sweep_path.parent / spec.base).resolve()
-    try:
-        raw = yaml.safe_load(base.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{sweep_path}: base", f"scenario file {base} not found") from None
-    except yaml.YAMLError as exc:
-        raise UserError(str(base), f"not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if not base.is_file():  # said against the sweep's key, which is where the path came from
+        raise UserError(f"{sweep_path}: base", f"scenario file {base} not found")
+    raw = read_yaml(base, "scenario file")
     if not isinstance(raw, dict):
         raise UserError(str(base), "a scenario must be a YAML mapping of keys")
     return raw, base.parent
@@ -125,33 +127,98 @@ def _to_table(rows: list[dict]) -> pa.Table:
     return pa.table(arrays)
 
 
-def _write_parquet_atomic(table: pa.Table, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
+class RunState(NamedTuple):
+    """What a run dir holds: ``summary`` (parsed) when the run is finished, else None;
+    ``damage`` says why a dir whose ``done.json`` claims it finished is not."""
+
+    summary: dict | None
+    damage: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.summary is not None
+
+
+def _json_object(path: Path) -> tuple[dict | None, str | None]:
+    """``(object, None)``, or ``(None, why not)`` when ``path`` is missing or no JSON object."""
     try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        text = path.read_text()
+    except FileNotFoundError:
+        return None, f"{path.name} is missing"
+    except (OSError, ValueError):  # unreadable, or not UTF-8
+        return None, f"{path.name} cannot be read"
+    if not text.strip():
+        return None, f"{path.name} is empty"
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None, f"{path.name} is not valid JSON"
+    return (data, None) if isinstance(data, dict) else (None, f"{path.name} is not a JSON object")
+
+
+def _parquet_problem(path: Path) -> str | None:
+    if not path.is_file():
+        return f"{path.name} is missing"
+    try:
+        pq.read_metadata(path)  # footer and schema: enough to tell a whole file from a truncated one
+    except (OSError, pa.ArrowException):
+        return f"{path.name} is not a readable parquet file"
+    return None
+
+
+def _yaml_mapping_problem(path: Path) -> str | None:
+    try:
+        # lmmsim's own file, not user input; the C loader when present (a resumed sweep reads thousands)
+        data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except FileNotFoundError:
+        return f"{path.name} is missing"
+    except (OSError, ValueError, yaml.YAMLError):
+        return f"{path.name} is not valid YAML"
+    return None if isinstance(data, dict) else f"{path.name} is not a YAML mapping"
+
+
+def inspect_run(run_dir: Path) -> RunState:
+    """Is the run in ``run_dir`` finished: ``done.json`` (a JSON object), ``summary.json``
+    (a JSON object), ``requests.parquet`` (readable metadata) and ``scenario.resolved.yaml``
+    (a mapping) all present and parsing? The one test used both to pick what to run and
+    to build rows, so a run counted ``ok`` is always one that is not rerun."""
+    if not (run_dir / DONE).exists():
+        return RunState(None)  # not run, killed, or failed: no damage to report
+    _, problem = _json_object(run_dir / DONE)
+    summary, summary_problem = _json_object(run_dir / "summary.json")
+    problem = (problem or summary_problem or _parquet_problem(run_dir / "requests.parquet")
+               or _yaml_mapping_problem(run_dir / "scenario.resolved.yaml"))
+    return RunState(None, problem) if problem else RunState(summary)
 
 
 def _row(point: Point, seed: int, run_id: str, run_dir: Path, swept_keys: list[str]) -> dict:
     row = {key: _cell(point.overrides.get(key)) for key in swept_keys}
     row.update(repeat=point.repeat, seed=seed, run_id=run_id)
-    if (run_dir / DONE).exists():
-        summary = json.loads((run_dir / "summary.json").read_text())
+    state = inspect_run(run_dir)
+    if state.finished:
+        summary = dict(state.summary)
         for field in WALL_CLOCK_FIELDS:
             summary.pop(field, None)
         row.update(status="ok", error=None)
         row.update(flatten(summary))
-    else:
-        try:
-            message = json.loads((run_dir / ERROR).read_text()).get("message")
-        except (OSError, ValueError):
-            message = "run did not finish"
-        row.update(status="failed", error=message)
+        return row
+    error, _ = _json_object(run_dir / ERROR)
+    message = (error or {}).get("message") or state.damage or "run did not finish"
+    row.update(status="failed", error=message)
     return row
+
+
+def describe_failures(frame: pd.DataFrame, out: Path, shown: int = 3) -> str | None:
+    """One line on the failed rows of a results table (None when every run is ok):
+    how many, and the ``error.json`` of the first ``shown`` failed runs."""
+    if "status" not in frame:
+        return None
+    failed = frame[frame["status"] != "ok"]
+    if failed.empty:
+        return None
+    paths = [str(Path(out) / "runs" / run_id / ERROR) for run_id in dict.fromkeys(failed["run_id"])]
+    listed = ", ".join(paths[:shown]) + (f" and {len(paths) - shown} more" if len(paths) > shown else "")
+    return f"{len(failed)} of {len(frame)} runs failed; see {listed}"
 
 
 # ---------------------------------------------------------------------- sweep
@@ -162,49 +229,79 @@ def run_sweep(sweep_path: Path, out: Path, *, jobs: int | None = None, executor:
     sweep_path, out = Path(sweep_path), Path(out)
     spec = load_sweep(sweep_path)
     base_raw, base_dir = _base(spec, sweep_path)
-    points = expand(spec)
-    swept_keys = spec.swept_keys()
-    runs_dir = out / "runs"
-    runs_dir.mkdir(parents=True, exist_ok=True)
+    folder = OutputDir(out, resume=True)
+    folder.check("runs/", "results.parquet")  # a user's file of either name: stop before any work
 
-    # Resolve every point (cheap) before running anything.
-    resolved: list[tuple[Point, int, str]] = []  # point, seed, run_id
-    tasks: dict[str, dict] = {}
-    invalid: list[UserError] = []
-    for point in points:
+    resolved, invalid = _resolve_all(base_raw, spec)
+    if resolved and all(r.scenario_yaml is None for r in resolved):
+        raise next(iter(invalid.values()))[1]  # nothing valid at all: most likely a typo in a key, say so
+    runs_dir = folder.folder("runs")
+    results_path = folder.file("results.parquet")
+    for run_id, (task, exc) in invalid.items():
+        if not (runs_dir / run_id / ERROR).exists():
+            record_failure(runs_dir / run_id, task, f"invalid scenario: {exc}", "")
+
+    tasks = _tasks_to_run(resolved, runs_dir, base_dir, retry_failed)
+    _execute_with_progress(tasks, executor, jobs, address, progress)
+
+    swept_keys = spec.swept_keys()
+    rows = [_row(r.point, r.seed, r.run_id, runs_dir / r.run_id, swept_keys) for r in resolved]
+    table = _to_table(rows)
+    with atomic_path(results_path) as tmp:
+        pq.write_table(table, tmp)
+    return table.to_pandas()
+
+
+class _Resolved(NamedTuple):
+    """One point x repeat: its run id and seed; ``scenario_yaml`` is None when invalid."""
+
+    point: Point
+    seed: int
+    run_id: str
+    scenario_yaml: str | None
+
+
+def _resolve_all(base_raw: dict, spec: SweepSpec) -> tuple[list[_Resolved], dict[str, tuple[dict, UserError]]]:
+    """Resolve every point (cheap, writes nothing). Returns them in point order, and the
+    invalid ones by run id with the task record for their error.json and the error."""
+    resolved: list[_Resolved] = []
+    invalid: dict[str, tuple[dict, UserError]] = {}
+    for point in expand(spec):
         meta = {"swept": point.overrides, "repeat": point.repeat}
         try:
             scn = resolve_point(base_raw, spec, point)
         except UserError as exc:  # this combination is not a valid scenario: a failed run
-            invalid.append(exc)
             raw_text = json.dumps({"base": base_raw, "set": spec.set, **meta}, sort_keys=True, default=str)
             run_id = "invalid-" + run_id_of(raw_text)
             merged = {"seed": base_raw.get("seed", 0), **spec.set, **point.overrides}
             seed = merged["seed"] + point.repeat if isinstance(merged["seed"], int) else -1
-            if not (runs_dir / run_id / ERROR).exists():
-                task = {"run_id": run_id, "meta": {**meta, "seed": None}}
-                record_failure(runs_dir / run_id, task, f"invalid scenario: {exc}", "")
-            resolved.append((point, seed, run_id))
+            invalid[run_id] = ({"run_id": run_id, "meta": {**meta, "seed": None}}, exc)
+            resolved.append(_Resolved(point, seed, run_id, None))
             continue
         text = dump_scenario(scn)
-        run_id = run_id_of(text)
-        resolved.append((point, scn.seed, run_id))
-        run_dir = runs_dir / run_id
-        if run_id in tasks or (run_dir / DONE).exists():
-            continue
-        if (run_dir / ERROR).exists() and not retry_failed:
-            continue
-        tasks[run_id] = {"scenario_yaml": text, "base_dir": str(base_dir), "run_dir": str(run_dir),
-                         "run_id": run_id, "meta": {**meta, "seed": scn.seed}}
-    if points and len(invalid) == len(points):
-        raise invalid[0]  # nothing valid at all: most likely a typo in a key, say so
+        resolved.append(_Resolved(point, scn.seed, run_id_of(text), text))
+    return resolved, invalid
 
-    _execute_with_progress(list(tasks.values()), executor, jobs, address, progress)
 
-    rows = [_row(point, seed, run_id, runs_dir / run_id, swept_keys) for point, seed, run_id in resolved]
-    table = _to_table(rows)
-    _write_parquet_atomic(table, out / "results.parquet")
-    return table.to_pandas()
+def _tasks_to_run(resolved: list[_Resolved], runs_dir: Path, base_dir: Path, retry_failed: bool) -> list[dict]:
+    """The tasks for the valid runs not finished yet (one per run id); a finished run found
+    damaged is run again, and said so on stderr."""
+    tasks: dict[str, dict] = {}
+    for r in resolved:
+        if r.scenario_yaml is None or r.run_id in tasks:
+            continue
+        run_dir = runs_dir / r.run_id
+        state = inspect_run(run_dir)
+        if state.finished:
+            continue
+        if state.damage:
+            print(f"sweep: {run_dir}: {state.damage}; running it again", file=sys.stderr)
+        elif (run_dir / ERROR).exists() and not retry_failed:
+            continue
+        tasks[r.run_id] = {"scenario_yaml": r.scenario_yaml, "base_dir": str(base_dir), "run_dir": str(run_dir),
+                           "run_id": r.run_id, "meta": {"swept": r.point.overrides, "repeat": r.point.repeat,
+                                                        "seed": r.seed}}
+    return list(tasks.values())
 
 
 def _execute_with_progress(tasks, executor, jobs, address, progress) -> None:

@@ -24,6 +24,18 @@ uniform on ``[low, high]``, log-uniform with ``log: true``, integers in
 ``[low, high]`` inclusive with ``integer: true``, or a uniform pick among
 ``choices``. Values are YAML values (a mapping replaces the key's mapping, like
 ``--set``; ``null`` removes the key so its default applies).
+
+Keys must not overlap, because a run applies ``set`` first (in the order
+written), then every axis, and a later key overwrites whatever it covers
+(key ``k`` covers itself and every ``k.*``):
+
+* two swept keys (in one axis or in two) that cover each other are refused:
+  every row would be labelled with both values, but only the later one ran;
+* a ``set`` key covered by a swept key, or by a ``set`` key written after it,
+  is refused: it would be replaced in every run;
+* a ``set`` key that covers a swept key is fine: it gives the mapping the axis
+  then varies one part of (``set: {workload.arrival: {kind: gamma, cv: 2}}``
+  with an axis on ``workload.arrival.rate``).
 """
 
 from __future__ import annotations
@@ -34,10 +46,11 @@ import random
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple, Union
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, ValidationError, model_validator
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, NonNegativeInt, PositiveInt, Tag,
+                      ValidationError, field_validator, model_validator)
 
 from lmmsim.errors import UserError
+from lmmsim.yamlio import read_yaml
 
 
 class _Strict(BaseModel):
@@ -90,6 +103,8 @@ class ZipAxis(_ListAxis):
 
 
 class RangeParam(_Strict):
+    """A number drawn from ``[low, high]`` (``low < high``, both finite)."""
+
     low: float
     high: float
     log: bool = False
@@ -97,12 +112,18 @@ class RangeParam(_Strict):
 
     @model_validator(mode="after")
     def _check(self):
-        if self.high < self.low:
-            raise ValueError(f"high ({self.high}) must be >= low ({self.low})")
-        if self.log and self.low <= 0:
-            raise ValueError("log: true needs low > 0")
-        if self.integer and (self.low != int(self.low) or self.high != int(self.high)):
-            raise ValueError("integer: true needs integer low and high")
+        low, high = self.low, self.high
+        if not (math.isfinite(low) and math.isfinite(high)):
+            raise ValueError(f"low and high must be finite numbers (got low={low}, high={high})")
+        if high < low:
+            raise ValueError(f"high ({high}) is below low ({low}); give low < high")
+        if high == low:
+            raise ValueError(f"low and high are both {low}: a random range needs low < high "
+                             "(a fixed value belongs under 'set')")
+        if self.log and low <= 0:
+            raise ValueError(f"log: true needs low > 0 (got low={low})")
+        if self.integer and (low != int(low) or high != int(high)):
+            raise ValueError(f"integer: true needs whole-number low and high (got low={low}, high={high})")
         return self
 
     def draw(self, rng: random.Random):
@@ -126,11 +147,37 @@ class ChoiceParam(_Strict):
         return self.choices[min(int(rng.random() * len(self.choices)), len(self.choices) - 1)]
 
 
+def _param_kind(value) -> str | None:
+    """Which random param a raw value is, so a bad one is reported against the kind
+    it meant to be (not against every member of the union)."""
+    if isinstance(value, (RangeParam, ChoiceParam)):
+        return type(value).__name__
+    if isinstance(value, dict):
+        return "ChoiceParam" if "choices" in value else "RangeParam"
+    return None
+
+
+# The tags are the class names, which parse_sweep leaves out of error keys.
+RandomParam = Annotated[
+    Union[Annotated[RangeParam, Tag("RangeParam")], Annotated[ChoiceParam, Tag("ChoiceParam")]],
+    Discriminator(_param_kind, custom_error_type="random_param",
+                  custom_error_message="give a range {low: .., high: ..} (optional log, integer) "
+                                       "or {choices: [...]}"),
+]
+
+
 class RandomAxis(_Strict):
     kind: Literal["random"] = "random"
-    n: PositiveInt
+    n: int
     seed: NonNegativeInt = 0
-    params: dict[str, Union[RangeParam, ChoiceParam]]
+    params: dict[str, RandomParam]
+
+    @field_validator("n")
+    @classmethod
+    def _positive(cls, n: int) -> int:
+        if n < 1:
+            raise ValueError(f"the number of points to draw must be at least 1 (got {n})")
+        return n
 
     @model_validator(mode="after")
     def _check(self):
@@ -147,6 +194,35 @@ class RandomAxis(_Strict):
 Axis = Annotated[Union[GridAxis, ZipAxis, RandomAxis], Field(discriminator="kind")]
 
 
+def _covers(outer: str, inner: str) -> bool:
+    """Does setting dotted key ``outer`` replace ``inner`` (the same key, or one inside it)?"""
+    return inner == outer or inner.startswith(outer + ".")
+
+
+def _check_overlaps(set_keys: list[str], swept: list[tuple[str, str]]) -> None:
+    """Refuse keys that overwrite each other (rules in the module docstring);
+    ``swept`` pairs each swept key with where it is declared (``axes.<i>``)."""
+    for i, (key, where) in enumerate(swept):
+        for other, other_where in swept[:i]:
+            if key == other:
+                raise ValueError(f"key {key!r} appears twice ({other_where} and {where})")
+            if _covers(key, other) or _covers(other, key):
+                raise ValueError(f"swept keys {other!r} ({other_where}) and {key!r} ({where}) overlap: "
+                                 "one overwrites (part of) the other in every run, so rows would be labelled "
+                                 "with values that never ran; sweep only one of them")
+    for i, key in enumerate(set_keys):
+        for later in set_keys[i + 1:]:
+            if _covers(later, key):
+                raise ValueError(f"set key {later!r} replaces set key {key!r} written before it; "
+                                 "keep only one of them")
+        for swept_key, where in swept:
+            if key == swept_key:
+                raise ValueError(f"key {key!r} appears twice (set and {where})")
+            if _covers(swept_key, key):
+                raise ValueError(f"set key {key!r} is inside swept key {swept_key!r} ({where}), which "
+                                 "replaces it in every run; put it in that axis's values or drop it")
+
+
 class SweepSpec(_Strict):
     base: str | None = None
     scenario: dict[str, Any] | None = None
@@ -159,12 +235,8 @@ class SweepSpec(_Strict):
         if (self.base is None) == (self.scenario is None):
             raise ValueError("give exactly one of 'base' (a scenario file) or 'scenario' (inline)")
         _check_keys(self.set)
-        seen = {key: "set" for key in self.set}
-        for i, axis in enumerate(self.axes):
-            for key in axis.params:
-                if key in seen:
-                    raise ValueError(f"key {key!r} appears twice (axes.{i} and {seen[key]})")
-                seen[key] = f"axes.{i}"
+        _check_overlaps(list(self.set), [(key, f"axes.{i}") for i, axis in enumerate(self.axes)
+                                         for key in axis.params])
         return self
 
     def swept_keys(self) -> list[str]:
@@ -211,11 +283,5 @@ def parse_sweep(raw, where: str = "sweep") -> SweepSpec:
 
 
 def load_sweep(path: str | Path) -> SweepSpec:
-    path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise UserError(str(path), "sweep file not found") from None
-    except yaml.YAMLError as exc:
-        raise UserError(str(path), f"not valid YAML ({getattr(exc, 'problem', exc)})") from None
-    return parse_sweep(raw, str(path))
+    """Read and check the sweep file at ``path`` (duplicate YAML keys refused)."""
+    return parse_sweep(read_yaml(path, "sweep file"), str(path))

@@ -106,6 +106,12 @@ class MixClass(StrictModel):
     layout: Literal["media_first", "text_first", "interleaved"] = "media_first"
 
 
+# Requests are generated up front (about 0.5 KB each, and as much again in engine
+# state and result rows), so a run's size is bounded before anything is allocated:
+# 10 million requests fit this project's 24 GB reference machine.
+MAX_REQUESTS = 10_000_000
+
+
 class WorkloadConfig(StrictModel):
     """Request count or duration, arrival process, request mix and default output length.
 
@@ -148,6 +154,14 @@ class WorkloadConfig(StrictModel):
             raise _error("not used with a trace arrival (the trace file gives each request's output_tokens)")
         return v
 
+    @field_validator("num_requests")
+    @classmethod
+    def _bounded_count(cls, n):
+        if n is not None and n > MAX_REQUESTS:
+            raise _error(f"{n:,} requests exceed the limit of {MAX_REQUESTS:,} per run (requests are generated "
+                         "up front); split the run or lower it")
+        return n
+
     @model_validator(mode="after")
     def _check_size(self):
         if isinstance(self.arrival, TraceArrival):
@@ -156,4 +170,8 @@ class WorkloadConfig(StrictModel):
             raise _error("give one of num_requests or duration_s")
         if self.num_requests is not None and self.duration_s is not None:
             raise _error("give num_requests or duration_s, not both")
+        expected = (self.duration_s or 0) * self.arrival.rate
+        if expected > MAX_REQUESTS:
+            raise _error(f"duration_s {self.duration_s:g} at {self.arrival.rate:g} req/s is about {expected:,.0f} "
+                         f"requests, over the limit of {MAX_REQUESTS:,} per run (requests are generated up front)")
         return self
