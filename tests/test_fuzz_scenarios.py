@@ -408,6 +408,12 @@ def scenario_cases(draw):
         "policy": draw(policy(system)),
         "workload": draw(workload(model)),
     }
+    wl = raw["workload"]
+    if raw["policy"]["batching"]["token_budget"] < 256:  # tiny budgets under preemption run thousands
+        if wl.get("num_requests", 0) > 12:                   # of steps: keep those runs short
+            wl["num_requests"] = 12
+        if "duration_s" in wl:
+            wl["duration_s"] = min(wl["duration_s"], round(12 / wl["arrival"]["rate"], 6))
     if raw["policy"]["queue"].get("priority") == "edf" or system == "rps-serve-edf" or draw(st.integers(0, 3)) == 0:
         raw["slo"] = {"ttft_s": {"text": 1.0, "image": 2.0, "video": 4.0, "audio": 2.0}, "tpot_s": 0.1}
     sim: dict = {}

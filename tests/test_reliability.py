@@ -187,10 +187,12 @@ workload:
 
 @pytest.mark.parametrize("text", [
     RSERVE_AFTER_ENCODE,
-    STREAMING_HOSTAGE.replace("SYSTEM", "modserve"),  # FCFS
-    STREAMING_HOSTAGE.replace("SYSTEM", "modserve+rps"),  # RPS-Serve's priority order
-    STREAMING_HOSTAGE.replace("SYSTEM", "rserve"),  # schedulable tokens: skips the head
-], ids=["rserve-after-encode", "fcfs-streaming", "rps-streaming", "rserve-streaming"])
+    STREAMING_HOSTAGE.replace("SYSTEM", "modserve"),  # FCFS: 60 of 60 stuck before
+    STREAMING_HOSTAGE.replace("SYSTEM", "modserve+rps"),  # RPS-Serve's priority order: 33 of 60 stuck before
+    STREAMING_HOSTAGE.replace("SYSTEM", "rserve"),  # schedulable tokens skip the head: finished before too
+    STREAMING_HOSTAGE.replace("SYSTEM", "dynamo").replace("seed: 67", "seed: 3").replace("count: 3", "count: 4")
+    .replace("llm: {tp: 1, pp: 1}", "prefill: {tp: 1}, decode: {tp: 1}"),  # E + P + D: 47 of 60 stuck before
+], ids=["rserve-after-encode", "fcfs-streaming", "rps-streaming", "rserve-streaming", "dynamo-streaming"])
 def test_small_embedding_buffers_never_deadlock(tmp_path, text):
     scn, base = _case(tmp_path, text)
     run = run_scenario(scn, base)
@@ -325,6 +327,38 @@ def test_reject_reason_column_round_trips(tmp_path):
     assert len(rejected) and rejected["reject_reason"].str.contains("exceed max_model_len 2000").all()
     assert df.loc[df["status"] != "rejected", "reject_reason"].isna().all()
     assert not math.isnan(json.loads((out / "summary.json").read_text())["num_rejected"])
+
+
+DECODE_PREEMPTS = f"""
+system: dynamo
+model: qwen2.5-vl-7b
+hardware: {{gpu: a100-sxm-80gb, count: 5, cost_model: roofline}}
+deployment: {{max_model_len: 2048, embedding_buffer_gib: 0.03, activation_reserve_gib: 64.83698259353638}}
+policy: {{batching: {{kind: chunked_prefill, max_running: 3}}}}
+workload:
+  num_requests: 28
+  arrival: {{kind: trace, path: {ROOT / 'scenarios' / 'traces' / 'quickstart-100.jsonl'}, speedup: 1.0}}
+"""
+
+
+def test_decode_worker_readmits_within_max_running(tmp_path, monkeypatch):
+    """A decode worker whose KV cache holds about one request preempts, and re-admits its
+    own preempted requests: the places reserved for KV transfers under way count too."""
+    from lmmsim.engine.scheduler import ContinuousBatchingScheduler
+
+    running = []
+    schedule = ContinuousBatchingScheduler.schedule
+
+    def recording(self, now, slot=0):
+        plan = schedule(self, now, slot)
+        running.append(self.num_running)
+        return plan
+
+    monkeypatch.setattr(ContinuousBatchingScheduler, "schedule", recording)
+    run = run_scenario(validate_scenario(yaml.safe_load(DECODE_PREEMPTS)), tmp_path)
+    assert run.summary["num_preemptions"] > 0
+    assert set(run.requests["status"]) <= {"finished", "rejected"}
+    assert max(running) <= 3
 
 
 def test_decode_worker_keeps_max_running(tmp_path, monkeypatch):

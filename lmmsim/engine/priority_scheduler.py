@@ -138,7 +138,7 @@ class PriorityScheduler(ContinuousBatchingScheduler):
             # evicting strictly lower-priority running requests, or stop admitting.
             # A request evicted in this step does not come straight back (no thrash).
             n, enc = self._fit(w, min(w.num_tokens - w.num_scheduled, left), enc_left, items)
-            slots = self.num_running - self.max_running + 1
+            slots = self.num_places_taken - self.max_running + 1
             if (n <= 0 or any(w is v for v in plan.preempted)
                     or not self._make_room(w, blocks_for(n, self.block_size), plan, slots)):
                 admit = False

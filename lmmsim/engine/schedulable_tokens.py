@@ -45,7 +45,7 @@ class SchedulableTokenScheduler(ContinuousBatchingScheduler):
         queue = self.queue
         limit = self.max_prefill_requests
         skipped: list = []
-        while budget > 0 and len(queue) and self.num_running < self.max_running and taken != limit:
+        while budget > 0 and len(queue) and self.num_places_taken < self.max_running and taken != limit:
             seq = queue.pop()
             items: list = []
             n, used = self._fit(seq, min(seq.num_tokens - seq.num_scheduled, budget), enc_left, items)

@@ -172,6 +172,12 @@ class ContinuousBatchingScheduler:
         return len(self.prefilling) + self.num_decoding + len(self.prefilled)
 
     @property
+    def num_places_taken(self) -> int:
+        """Requests holding one of the ``max_running`` places: running, or with KV
+        reserved here for a transfer still under way (e_p_d decode)."""
+        return self.num_running + self.num_reserved
+
+    @property
     def num_outstanding(self) -> int:
         return self.num_running + len(self.queue)
 
@@ -225,7 +231,7 @@ class ContinuousBatchingScheduler:
         """Reserve KV blocks -- and a place among ``max_running`` -- for a prefilled
         request about to be transferred here."""
         need = blocks_for(seq.num_computed, self.block_size)
-        if need > self.pool.num_free or self.num_running + self.num_reserved >= self.max_running:
+        if need > self.pool.num_free or self.num_places_taken >= self.max_running:
             return False
         self.pool.allocate(need)
         seq.num_blocks = need
@@ -386,7 +392,7 @@ class ContinuousBatchingScheduler:
         """Waiting requests in queue order; the first that cannot start (no
         tokens it may prefill yet, or no KV blocks) blocks the rest."""
         queue = self.queue
-        while budget > 0 and len(queue) and self.num_running < self.max_running:
+        while budget > 0 and len(queue) and self.num_places_taken < self.max_running:
             seq = queue.peek()
             items: list = []
             n, used = self._fit(seq, min(seq.num_tokens - seq.num_scheduled, budget), enc_left, items)
