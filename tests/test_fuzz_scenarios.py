@@ -70,11 +70,9 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
 from lmmsim import catalog
-from lmmsim import errors as errors_mod
 from lmmsim.build import build
 from lmmsim.deployments import DeploymentConfig
-from lmmsim.engine import simulation as simulation_mod
-from lmmsim.errors import UserError
+from lmmsim.errors import StuckRunError, UserError
 from lmmsim.results import run_scenario
 from lmmsim.scenario import validate_scenario
 from lmmsim.systems import get_system, systems
@@ -83,12 +81,6 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 GIB = 2**30
 NUM_EXAMPLES = int(os.environ.get("LMMSIM_FUZZ_EXAMPLES", "50"))
 DERANDOMIZE = os.environ.get("LMMSIM_FUZZ_RANDOM", "0") in ("", "0")
-
-# Raised when a run's event queue empties with requests still in the system (a
-# deadlock). Looked up softly: without it a stuck run shows up as requests
-# 'unfinished' without a horizon, which the status property catches as well.
-StuckRunError = (getattr(errors_mod, "StuckRunError", None) or getattr(simulation_mod, "StuckRunError", None)
-                 or type("_NeverRaised", (Exception,), {}))
 
 MODELS = catalog.models()
 GPUS = catalog.gpus()
@@ -639,7 +631,7 @@ def violations(scn, run) -> list[str]:
         row = spurious.iloc[0]
         bad.append(f"status: request {row.request_id} ({row.num_prompt_tokens}+{row.num_output_tokens} tokens, "
                    f"{row.num_media_items} media items, {kind}) is rejected without a reason that applies: "
-                   f"{getattr(row, 'reject_reason', None)!r}")
+                   f"{row.reject_reason!r}")
 
     # ------------------------------------------------------------ time order
     for row in df[statuses == "finished"].itertuples():
@@ -721,11 +713,11 @@ def violations(scn, run) -> list[str]:
     if all_done:
         for inbox in getattr(frontend, "inboxes", []):
             buf = inbox.buffer
-            waiting = len(getattr(buf, "waiting", None) or getattr(buf, "_waiting", ()))  # transfers awaiting room
+            waiting = len(buf.waiting)  # transfers awaiting room
             if abs(buf.used) > 1e-6 * max(1.0, buf.capacity) or waiting:
                 bad.append(f"kv: embedding buffer of {inbox.engine.name} ends holding {buf.used} bytes, "
                            f"{waiting} transfers waiting, with nothing unfinished")
-            awaiting = getattr(inbox, "num_awaiting", 0)  # router load of requests still being encoded
+            awaiting = inbox.num_awaiting  # router load of requests still being encoded
             if awaiting:
                 bad.append(f"kv: inbox of {inbox.engine.name} ends with {awaiting} requests awaiting embeddings "
                            f"(router load) with nothing unfinished")
@@ -860,7 +852,7 @@ def pressure(run) -> dict[str, float]:
     inboxes = getattr(frontend, "inboxes", [])
     return {
         "preemptions": float(run.summary.get("num_preemptions") or 0),
-        "evicted_embeddings": float(sum(getattr(i, "num_evicted_items", 0) for i in inboxes)),
+        "evicted_embeddings": float(sum(i.num_evicted_items for i in inboxes)),
         "peak_kv_fraction": max((e.scheduler.pool.peak_used / e.scheduler.pool.num_blocks
                                  for e in frontend.llm_engines), default=0.0),
     }

@@ -80,3 +80,25 @@ def test_two_requests_fill_the_pipeline_and_conserve_tokens():
     vanilla, _ = run_pipeline(reqs, stages=2, cpp=False)
     chunked, _ = run_pipeline(reqs, stages=2, cpp=True)
     assert sum(s.first_token_at for s in chunked) < sum(s.first_token_at for s in vanilla)
+
+
+def test_an_older_prefill_waits_for_a_newer_one_in_flight_instead_of_recomputing():
+    # Two slots, 10 blocks of 16 tokens. A (older) and B (newer) each hold 4 blocks after a
+    # 64-token chunk; B's batch is in flight when A needs 4 more blocks. vLLM's victim would
+    # be B, which cannot be recalled: A waits (no preemption, no admission of C), and gets
+    # its blocks from B once B's batch is back. Preempting A here let pipeline slots
+    # recompute each other's oldest request forever (a livelock found by the fuzz test).
+    sched = ContinuousBatchingScheduler(FcfsQueue(), BlockPool(10, 16), 64, 8, 64, num_slots=2)
+    a, b, c = (SeqState(text_request(i, 0.0, 150, 2)) for i in range(3))
+    for seq in (a, b, c):
+        sched.add(seq)
+    plan_a = sched.schedule(0.0, 0)
+    plan_b = sched.schedule(0.0, 1)
+    assert [s for s, _, _ in plan_a.chunks] == [a] and [s for s, _, _ in plan_b.chunks] == [b]
+    sched.complete(plan_a, 0.0, 0.0, 1.0)
+    waiting = sched.schedule(1.0, 0)
+    assert waiting.is_empty and waiting.kv_blocked and not waiting.preempted
+    assert a.status == "running" and a.num_preemptions == 0 and c.status == "waiting"
+    sched.complete(plan_b, 0.0, 0.0, 1.5)
+    plan = sched.schedule(1.5, 1)
+    assert plan.preempted == [b] and [s for s, _, _ in plan.chunks] == [a]

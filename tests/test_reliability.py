@@ -407,3 +407,51 @@ workload:
   output_tokens: {kind: fixed, value: 4}
 """))
     assert run_scenario(scn, tmp_path).requests["status"].eq("finished").all()
+
+
+def test_rps_without_priority_preemption_still_relieves_a_full_kv_cache(tmp_path):
+    """RPS queue with preemption off on a 4-stage pipeline and a KV cache of about one
+    max_model_len: four partial prefills each held blocks and none could grow (stuck at
+    t = 0.057 s). A full cache is now relieved by recompute, as vLLM does."""
+    scn = validate_scenario(yaml.safe_load("""
+system: rps-serve
+model: qwen2.5-vl-7b
+hardware: {gpu: h100-sxm-80gb, count: 4, cost_model: roofline}
+deployment: {max_model_len: 4096, kind: monolithic, tp: 1, pp: 4, chunk_pipelining: false,
+             activation_reserve_gib: 67.14193367958069}
+policy:
+  queue: {kind: rps, classifier: naive, preemption: false, profile_requests: 6}
+  batching: {kind: chunked_prefill, token_budget: 256, max_running: 16}
+workload:
+  num_requests: 4
+  arrival: {kind: deterministic, rate: 100}
+  mix: [{name: t, weight: 1, text_tokens: {kind: fixed, value: 3000}}]
+  output_tokens: {kind: fixed, value: 1}
+"""))
+    run = run_scenario(scn, tmp_path)
+    assert run.requests["status"].eq("finished").all()
+    assert run.summary["num_preemptions"] > 0
+
+
+def test_pipeline_slots_do_not_recompute_each_others_oldest_request_forever(tmp_path):
+    """Monolithic PP4 without chunk pipelining, a KV cache of about one max_model_len:
+    the oldest prefill used to preempt itself whenever the newer ones were in flight,
+    and the run never ended (no request finished in 1,000 simulated seconds). The
+    horizon only keeps a regression from hanging the suite."""
+    scn = validate_scenario(yaml.safe_load("""
+system: gllm
+model: qwen2.5-vl-32b
+hardware: {gpu: a100-40gb, count: 4, cost_model: roofline}
+deployment: {kind: monolithic, tp: 1, pp: 4, chunk_pipelining: false, max_model_len: 8192,
+             activation_reserve_gib: 18.96178960800171}
+policy: {queue: {kind: fcfs}, batching: {kind: chunked_prefill, token_budget: 2048, max_running: 256}}
+workload:
+  num_requests: 40
+  arrival: {kind: gamma, rate: 32.0, cv: 0.5}
+  mix: [{name: v, weight: 1, text_tokens: {kind: uniform, low: 300, high: 2500},
+         video: {frames: 16, width: 384, height: 224}}]
+  output_tokens: {kind: fixed, value: 200}
+sim: {horizon_s: 5000}
+"""))
+    run = run_scenario(scn, tmp_path)
+    assert run.requests["status"].eq("finished").all()

@@ -99,6 +99,11 @@ class PriorityScheduler(ContinuousBatchingScheduler):
         return True
 
     def _grow(self, seq: SeqState, n: int, plan: StepPlan) -> bool:
+        if not self.queue.preemptive:
+            # No priority evictions, but a full KV cache is still relieved as vLLM does it
+            # (recompute the newest idle prefill); refusing every eviction here left partial
+            # prefills in pipeline slots each holding blocks none could grow (a deadlock).
+            return super()._grow(seq, n, plan)
         extra = blocks_for(seq.num_scheduled + n, self.block_size) - seq.num_blocks
         if not self._make_room(seq, extra, plan):
             return False
@@ -133,6 +138,8 @@ class PriorityScheduler(ContinuousBatchingScheduler):
                     self._add_chunk(plan, r, n, items)
                     used += n
                     enc_left -= enc
+                elif plan.kv_blocked:
+                    admit = False  # as the base scheduler: its blocks must not go to a newcomer
                 continue
             # The waiting head is the most urgent candidate: make room for it by
             # evicting strictly lower-priority running requests, or stop admitting.

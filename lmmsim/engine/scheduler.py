@@ -34,6 +34,9 @@ Multimodal input comes one of two ways (``media``):
 KV blocks run out -> preempt by recompute the most recently admitted running
 request that is not in flight (vLLM's victim); it returns to the head of the
 waiting queue and later recomputes its prompt plus the tokens it had generated.
+Pipeline slots: when that victim would be the growing prefill itself while a
+newer request's batch is in flight (vLLM's real victim, which cannot be
+recalled), the prefill waits for that batch instead, and the step admits no one.
 
 Batch slots: a pipeline-parallel engine keeps several batches in flight (one
 per slot, vLLM's virtual engines). Each slot has its own
@@ -115,6 +118,7 @@ class StepPlan:
     num_sampled: int = 0
     num_tokens: int = 0
     preempted: list = field(default_factory=list)
+    kv_blocked: bool = False  # a running prefill waits for KV blocks held by a batch in flight
 
     @property
     def chunk_shapes(self) -> tuple:
@@ -282,6 +286,13 @@ class ContinuousBatchingScheduler:
                 return seq
         return None
 
+    def _newer_in_flight(self, seq: SeqState) -> bool:
+        """Is a request admitted after ``seq`` holding KV blocks in a batch in flight?"""
+        order = seq.admit_order
+        if any(s.in_flight and s.admit_order > order for s in self.prefilling):
+            return True
+        return any(s.in_flight and s.admit_order > order for c in self.cohorts for s in c.members.values())
+
     def _victim(self, cohort: DecodeCohort) -> SeqState | None:
         """The most recently admitted running request this batch may evict."""
         best = self._newest_idle_prefill()
@@ -360,7 +371,7 @@ class ContinuousBatchingScheduler:
         """Steps 2 and 3: running prefills, then (vLLM: not in a step that
         preempted) waiting requests."""
         budget, enc_left, taken = self._schedule_running(plan, budget, enc_left)
-        if not plan.preempted:
+        if not plan.preempted and not plan.kv_blocked:
             self._schedule_waiting(plan, budget, enc_left, taken)
 
     def _schedule_running(self, plan: StepPlan, budget: int, enc_left: int) -> tuple[int, int, int]:
@@ -415,6 +426,12 @@ class ContinuousBatchingScheduler:
         while extra > pool.num_free:
             victim = self._newest_idle_prefill()
             if victim is None:
+                break
+            if victim is seq and self._newer_in_flight(seq):
+                # vLLM's victim would be a newer request, but its batch is in flight:
+                # wait for it rather than recompute an older one. Preempting ``seq``
+                # here let pipeline slots preempt each other's oldest request forever.
+                plan.kv_blocked = True
                 break
             self._preempt(victim, plan)
             if victim is seq:
