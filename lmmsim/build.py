@@ -28,6 +28,7 @@ from lmmsim.engine.simulation import Simulation
 from lmmsim.engine.steplog import StepLog, StepRecord
 from lmmsim.errors import UserError, choices
 from lmmsim.rps.admission import admission_model, edf_deadline
+from lmmsim.costmodel.engine_overheads import EngineOverheads
 from lmmsim.placement import GIB, MemoryPlan, check_encoder_memory, place_workers, plan_llm_memory, shared_gpus
 from lmmsim.workload.generator import generate_requests
 from lmmsim.workload.request import Request
@@ -120,10 +121,14 @@ def _sm_table(lp, encoder_cost, requests, dispatch, call_overhead_s: float = 0.0
     return build_sm_table(latency, levels=lp.sm_levels, max_batch=max_batch, tolerance=lp.sm_tolerance)
 
 
-def _check_sharing(shared: dict, sharing) -> None:
-    """GPUs held by two workers need a sharing mode; only an encoder and one LLM worker may share."""
+def _check_sharing(shared: dict, sharing, can_share: bool = True) -> None:
+    """GPUs held by two workers need a sharing mode; only an encoder and one LLM worker may share
+    (``can_share``: the deployment has a ``gpu_sharing`` key; p_d has none, no encoder to share with)."""
     for g, holders in sorted(shared.items()):
         names = " and ".join(f"{p} worker {w}" for p, w in holders)
+        if not can_share:
+            raise UserError("deployment", f"GPU {g} is given to {names}; give each worker its own GPUs "
+                            f"(their KV caches would compete)")
         if sharing is None:
             raise UserError("deployment.gpu_sharing", f"GPU {g} is given to {names}; set deployment.gpu_sharing "
                             f"(mode: time_slice or sm_split) to let them share it, or give each its own GPUs")
@@ -175,7 +180,10 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
     pools = dep.pools()
     keys = {"llm": "deployment"} if monolithic else {}
     if "encoder" in pools and model.encoder is None:
-        raise UserError("deployment.kind", f"{model.name} has no encoder; use kind: monolithic")
+        # An encoder pool with nothing to encode would hold GPUs idle: say which kind fits.
+        fits = "p_d (prefill + decode pools, KV P->D)" if dep.kind == "e_p_d" else "monolithic or p_d"
+        raise UserError("deployment.kind", f"{model.name} has no encoder, so {dep.kind}'s encoder pool would "
+                        f"idle; valid for a text-only model: {fits}")
     placement = place_workers(pools, scn.hardware.count, keys)
     local_pool = dep.local_prefill_pool(placement["encoder"]) if getattr(dep, "local_prefill", None) else None
     if local_pool is not None:  # EAServe: prefill workers on the encoder GPUs
@@ -183,19 +191,22 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
         placement["local_prefill"] = [tuple(ids) for ids in local_pool.gpu_ids]
     shared = shared_gpus(placement)
     sharing = dep.sharing() if hasattr(dep, "sharing") else getattr(dep, "gpu_sharing", None)
-    _check_sharing(shared, sharing)
+    _check_sharing(shared, sharing, can_share=hasattr(dep, "gpu_sharing"))
 
     predictor, cost_model_info = make_predictor(scn.hardware.cost_model, gpu, link, base_dir)
     costs: dict = {}
     memory: dict[str, MemoryPlan] = {}
+    # p_d: the prefill workers encode their requests' media themselves (no encoder pool)
+    local_encode = {"llm"} if monolithic else {"prefill"} if "encoder" not in pools else set()
     for name in LLM_POOLS:
         pool = pools.get(name)
         if pool is None:
             continue
         key = keys.get(name, f"deployment.{name}")
         _check_llm_pool(name, key, pool, model)
-        costs[name] = ComposedStepCostModel(model, gpu, pool.tp, predictor)
-        receives_embeddings = not monolithic and name in ("llm", "prefill", "local_prefill")
+        costs[name] = ComposedStepCostModel(model, gpu, pool.tp, predictor, overheads=EngineOverheads.from_config(
+            scn.engine, max_running=batching.max_running, predictor=predictor))
+        receives_embeddings = "encoder" in pools and name in ("llm", "prefill", "local_prefill")
         buffer = dep.embedding_buffer_gib * GIB / (pool.tp * pool.pp) if receives_embeddings else 0.0
         if any(pn == "encoder" for holders in shared.values() for pn, _ in holders) and any(
                 (name, w) in holders for holders in shared.values() for w in range(pool.workers)):
@@ -204,7 +215,7 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
         memory[name] = plan_llm_memory(
             dep, batching, model, gpu, tp=pool.tp, pp=pool.pp,
             kv_bytes_per_token_tp=costs[name].kv_bytes_per_token_per_gpu,
-            include_encoder=monolithic, extra_bytes_per_gpu=buffer, pool=name,
+            include_encoder=name in local_encode, extra_bytes_per_gpu=buffer, pool=name,
         )
     if "encoder" in pools:
         check_encoder_memory(dep, model, gpu, pools["encoder"].tp)
@@ -219,7 +230,7 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
             raise UserError("workload", f"generates no requests ({why}); lengthen duration_s or check the trace")
     max_len = next(iter(memory.values())).max_model_len
     hidden_bytes = model.llm.hidden_size * catalog.BYTES_PER_PARAM_BF16
-    rejected = refusals(requests, max_len, None if monolithic else dep, hidden_bytes)
+    rejected = refusals(requests, max_len, dep if "encoder" in pools else None, hidden_bytes)
     largest_item = max(
         (seg.length for r in requests if r.request_id not in rejected for seg in r.media_segments), default=0
     )
@@ -323,7 +334,7 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
         # Disaggregated. Engines other than the monolithic ones get work from
         # transfers, not only arrivals, so they never fast-forward.
         first = "llm" if "llm" in pools else "prefill"
-        enc_pool = pools["encoder"]
+        enc_pool = pools.get("encoder")  # None: p_d, the prefill workers encode locally
         frontend_box: list = []
 
         def on_batch_for(i):
@@ -333,8 +344,9 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
             return lambda seq: frontend_box[0].on_prefilled(i, seq)
 
         llm = [
-            make_engine(env, first, i, on_finish, barrier_at, media="remote", prefill_only=first == "prefill",
-                        on_handoff=on_handoff_for(i) if first == "prefill" else None, on_batch=on_batch_for(i))
+            make_engine(env, first, i, on_finish, barrier_at, media="remote" if enc_pool else "local",
+                        prefill_only=first == "prefill", on_handoff=on_handoff_for(i) if first == "prefill" else None,
+                        on_batch=on_batch_for(i) if enc_pool else None)
             for i in range(pools[first].workers)
         ]
         local_target: list[int] = []
@@ -377,6 +389,17 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
                 for a in arbs:
                     a.set_shares(shares)
             return split
+
+        if enc_pool is None:  # p_d: e_p_d's machinery with no encoders, inboxes or embedding links
+            frontend = DisaggregatedFrontend(
+                env, encoders=[], llm_engines=llm, inboxes=[], encoder_senders=[],
+                router=policies.create("router", router_cfg), streaming=False, decode_engines=decode,
+                kv_senders=[egress(env, link, pools[first].tp * pools[first].pp, f"prefill{p}->decode",
+                                   dep.max_in_flight_kv_transfers, on_transfer) for p in range(len(llm))],
+                kv_bytes_per_token=model.llm.kv_bytes_per_token,
+                decode_router=policies.create("router", router_cfg), first_token_at_decode=dep.first_token == "decode")
+            frontend_box.append(frontend)
+            return frontend
 
         encoders = [
             EncoderWorker(env, e, f"encoder{e}", costs["encoder"], policies.create("encode_dispatch", enc_pool.dispatch),

@@ -114,6 +114,10 @@ def print_summary(summary: dict, scn, out: Path | None) -> None:
         f"simulated {summary['sim_end_at_s']:.1f} s in {summary['sim_wall_time_s']:.2f} s wall "
         f"({summary['sim_events']} events){extra}"
     )
+    kv = [f"{pool} {entry['kv_capacity_tokens_per_worker']:,}" for pool, entry in
+          summary.get("deployment", {}).get("pools", {}).items() if "kv_capacity_tokens_per_worker" in entry]
+    if kv:
+        console.print(f"KV cache per worker (tokens): {', '.join(kv)}")
     cm = summary.get("cost_model", {})
     if cm.get("fallback_classes"):
         console.print(f"cost model: fitted ({cm['fit']}); roofline v0 for {', '.join(cm['fallback_classes'])} "
@@ -190,6 +194,12 @@ def cmd_validate(args) -> int:
           f"{built.max_model_len}; {len(built.rejected)} refused at arrival")
     for reason, ids in _group_reasons(built.rejected):
         print(f"  warning: {len(ids)} request(s) will be refused at arrival (ids {_some(ids)}): {reason}")
+    from lmmsim.results import probe_extrapolated_share
+
+    share = probe_extrapolated_share(built)
+    if share is not None:  # a typical step set, see probe_extrapolated_share
+        print("  cost model: share of predicted time extrapolated outside the fitted data (typical steps): "
+              + ", ".join(f"{c} {v:.0%}" for c, v in share.items()))
     return 0
 
 
@@ -480,6 +490,25 @@ def cmd_import_vidur(args) -> int:
     return 0
 
 
+def cmd_import_aiconfigurator(args) -> int:
+    from lmmsim.costmodel import opdata
+    from lmmsim.outputs import OutputDir
+    from lmmsim.profiler.aiconfigurator_import import OUTPUT_FILES, import_aiconfigurator
+
+    classes = [c.strip() for c in args.classes.split(",") if c.strip()] if args.classes else None
+    out_dir = OutputDir(Path(args.output), force=args.force, key="-o")
+    out_dir.check(*OUTPUT_FILES)
+    command = " ".join(["lmmsim import-aiconfigurator", f"--gpu {args.gpu}", f"--backend {args.backend}",
+                        *(f"--{k} {getattr(args, k)}" for k in ("version", "kernel", "classes", "base")
+                          if getattr(args, k)), *(["--append"] if args.append else []), f"-o {args.output}"])
+    with opdata.staged_output(out_dir) as stage:
+        rows = import_aiconfigurator(stage, gpu=args.gpu, backend=args.backend, version=args.version,
+                                     kernel=args.kernel, classes=classes, base=args.base, append=args.append,
+                                     command=command)
+    print(f"imported into {args.output}/: " + ", ".join(f"{k} {v}" for k, v in rows.items()))
+    return 0
+
+
 def cmd_validate_costmodel(args) -> int:
     import json
 
@@ -663,6 +692,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--network", help="network/<topology> folder (default: <gpu>_dgx)")
     p.add_argument("--force", action="store_true", help="write into a folder that holds files, replacing only those lmmsim wrote there")
     p.set_defaults(func=cmd_import_vidur)
+
+    p = sub.add_parser("import-aiconfigurator",
+                       help="convert NVIDIA aiconfigurator's measured kernel tables into an lmmsim profile folder",
+                       description="Read the bf16 GEMM, attention and all-reduce tables that the aiconfigurator-core "
+                                   "package ships for one GPU (pip install 'lmmsim[calibrate]') and write them as "
+                                   "an lmmsim profile folder (see lmmsim/profiler/aiconfigurator_import.py).")
+    p.add_argument("--gpu", required=True, help="catalog GPU (h100-sxm-80gb, h200, b200, gb200, l40s, rtx-pro-6000, "
+                                                "a100-sxm-80gb) or aiconfigurator folder name")
+    p.add_argument("--backend", default="vllm", help="vllm (default), sglang or trtllm")
+    p.add_argument("--version", help="backend version of the tables (default: the newest the GPU has)")
+    p.add_argument("--kernel", help="LLM attention kernel (default: the one vLLM picks on that GPU)")
+    p.add_argument("--classes", help="comma-separated subset of gemm,attention_prefill,attention_decode,allreduce")
+    p.add_argument("--base", help="profile folder whose other classes are copied in (e.g. a Vidur import)")
+    p.add_argument("--append", action="store_true",
+                   help="with --base: also keep the base's rows of the classes imported here")
+    p.add_argument("-o", "--output", required=True, help="profile folder to write")
+    p.add_argument("--force", action="store_true", help="write into a folder that holds files, replacing only those lmmsim wrote there")
+    p.set_defaults(func=cmd_import_aiconfigurator)
 
     p = sub.add_parser("validate-costmodel", help="held-out error of a fitted cost model, per class and per model")
     p.add_argument("profile", metavar="PROFILE", help="profile folder, or a name under profiles/ops/")

@@ -1,13 +1,16 @@
 """The scenario's ``deployment:`` section: where encoding, prefill and decode run.
 
-Three kinds (DESIGN.md, "Deployments to model"):
+Four kinds (DESIGN.md, "Deployments to model"):
 
 * ``monolithic`` -- encoder + prefill + decode in one engine per replica
   (vLLM with TP and/or PP, gLLM, RPS-Serve);
 * ``e_pd`` -- an encoder pool on its own GPUs sends embeddings to
   prefill+decode engines (ModServe, gLLM-epd, RServe);
 * ``e_p_d`` -- encoder, prefill and decode pools; embeddings go E->P, KV caches
-  P->D (Dynamo, EPDServe, EAServe).
+  P->D (Dynamo, EPDServe, EAServe);
+* ``p_d`` -- prefill and decode pools, no encoder pool; KV caches go P->D as in
+  ``e_p_d`` (DistServe, Splitwise, Dynamo on a text model). With a multimodal
+  model the prefill workers encode locally, as a monolithic engine does.
 
 LLM workers are ``tp x pp`` GPUs each; encoder workers ``tp`` GPUs. GPUs are
 numbered ``0 .. hardware.count-1`` and handed out in pool order (encoders,
@@ -35,7 +38,7 @@ class MemorySettings(_Strict):
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     block_size: PositiveInt = 16
     max_model_len: PositiveInt | None = None  # default: the model's max context
-    activation_reserve_gib: float | None = Field(None, ge=0)  # default: estimated (lmmsim.build)
+    activation_reserve_gib: float | None = Field(None, ge=0)  # default: vLLM profile-run estimate (lmmsim.placement)
 
 
 class SharingConfig(_Strict):
@@ -214,7 +217,35 @@ class FullyDisaggregatedDeployment(_Disaggregated):
         return SharingConfig(mode="sm_split", sm_shares={"encoder": share, "local_prefill": 1.0 - share})
 
 
+class PrefillDecodeDeployment(MemorySettings):
+    """Prefill and decode pools without an encoder pool (``p_d``).
+
+    The runtime is ``e_p_d``'s with no encoder workers
+    (:class:`~lmmsim.engine.disaggregation.DisaggregatedFrontend`). A multimodal
+    model's media is encoded by the prefill worker itself, inside its steps under
+    the encoder budget (vLLM's encoder cache, as in ``monolithic``), so its
+    encoder weights sit on the prefill GPUs; decode workers never encode (a
+    request they preempt recomputes without re-encoding, as in ``e_p_d``).
+    No two workers share a GPU: prefill and decode KV caches would compete.
+    """
+
+    kind: Literal["p_d"] = "p_d"
+    prefill: LlmPoolConfig = LlmPoolConfig()
+    decode: LlmPoolConfig = LlmPoolConfig()
+    # KV-cache transfers one prefill worker keeps in flight (backpressure).
+    max_in_flight_kv_transfers: PositiveInt | None = 4
+    # When the client gets its first token. decode: once the KV cache has landed at the
+    # decode worker, which emits it (vLLM's disaggregated prefill, Dynamo), so TTFT
+    # includes the KV transfer; prefill: when the prefill worker samples it (DistServe,
+    # Splitwise stream it from there; e_p_d counts it so).
+    first_token: Literal["prefill", "decode"] = "decode"
+
+    def pools(self) -> dict:
+        return {"prefill": self.prefill, "decode": self.decode}
+
+
 DeploymentConfig = Annotated[
-    Union[MonolithicDeployment, EncodePrefillDecodeDeployment, FullyDisaggregatedDeployment],
+    Union[MonolithicDeployment, EncodePrefillDecodeDeployment, FullyDisaggregatedDeployment,
+          PrefillDecodeDeployment],
     Field(discriminator="kind"),
 ]

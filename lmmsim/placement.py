@@ -6,11 +6,37 @@ next free GPUs, ``tp x pp`` per LLM worker (stage by stage) and ``tp`` per
 encoder worker. A GPU listed for two workers is shared; the deployment must
 then say how (``gpu_sharing``).
 
-Memory per LLM GPU = ``memory x gpu_memory_utilization`` minus weights (the
-LLM's layers of this stage over TP, plus the encoder in a monolithic engine),
-an activation reserve, embedding buffer on receivers, and the weights of any
-worker sharing the GPU; the rest holds KV blocks. A deployment whose KV cache
-cannot hold one ``max_model_len`` request is rejected.
+KV cache per LLM GPU, as vLLM V1 sizes it (``vllm/v1/worker/gpu_worker.py``,
+``Worker.determine_available_memory``: ``total x gpu_memory_utilization -
+peak torch memory of a profile run (weights included) - non-torch
+allocations``)::
+
+    kv = memory x gpu_memory_utilization
+         - weights        (LLM layers of this stage over TP, embedding and LM head
+                           included, tied once: ``LlmSpec.num_params``; plus the
+                           encoder in a monolithic engine)
+         - peak activation (:func:`activation_reserve_bytes`)
+         - non-torch      (:func:`non_torch_bytes`)
+         - embedding buffer on receivers, weights of any worker sharing the GPU
+
+then rounded down to whole blocks (``kv // (block_size x kv bytes per token)``,
+as ``vllm/v1/core/kv_cache_utils.py`` does). CUDA graphs are captured after the
+KV cache is allocated, from what ``gpu_memory_utilization`` leaves over, so
+they are not subtracted (vLLM <= 0.11). ``deployment.activation_reserve_gib``
+replaces peak activation + non-torch. A deployment whose KV cache cannot hold
+one ``max_model_len`` request is rejected.
+
+Checked case (``tests/test_kv_capacity.py``): Llama-3.1-8B, one H100-80GB, TP1,
+``gpu_memory_utilization`` 0.9, vLLM's ``vllm serve`` defaults on H100
+(``max_num_batched_tokens`` 8192, ``max_num_seqs`` 1024): vLLM logged weights
+14.99 GiB, peak activation 4.76 GiB, non-torch 0.13 GiB, available KV cache
+51.38 GiB of 71.26 GiB requested (79.18 GiB device) -- llm-d/llm-d-benchmark
+``config_explorer/empirical-vllm-memory-results.md`` -- i.e. "GPU KV cache
+size" 51.38 GiB / 128 KiB = 420,904 tokens. This module gives, on the same
+79.18 GiB device, weights 14.96 / peak activation 4.76 / non-torch 0.13 GiB and
+51.42 GiB = 421,216 tokens (+0.07%). (The catalog's H100 has 80 GiB, the
+datasheet figure; the device reports 79.18 GiB to CUDA, so a catalog run gives
+about 6,000 tokens more.)
 """
 
 from __future__ import annotations
@@ -21,15 +47,31 @@ from lmmsim import catalog
 from lmmsim.errors import UserError
 
 GIB = 2**30
-# CUDA context, NCCL buffers, CUDA graphs and allocator slack per GPU; vLLM
-# measures this at start-up, we take a fixed figure (approximate).
-RUNTIME_OVERHEAD_BYTES = 1.0 * GIB
+# Non-torch memory per GPU (CUDA context, cuBLAS workspaces; with TP also NCCL
+# and custom all-reduce buffers) that vLLM's profile run finds outside torch's
+# allocator. Measured by vLLM on H100-80GB (llm-d/llm-d-benchmark
+# config_explorer/empirical-vllm-memory-results.md): 0.13-0.14 GiB at TP1
+# (Llama-3.1-8B, Qwen3-0.6B/32B, gpt-oss-20b), 0.55 GiB at TP2 (Llama-3.3-70B).
+NON_TORCH_TP1_BYTES = 0.13 * GIB
+NON_TORCH_TP_BYTES = 0.55 * GIB
+# Encoder workers (not profiled by this module): the TP1 figure.
+RUNTIME_OVERHEAD_BYTES = NON_TORCH_TP1_BYTES
+# Peak bytes per logit of vLLM's profile-run sampler pass (``_dummy_sampler_run``
+# over max_num_seqs rows of the full vocabulary, fp32 logits plus the top-k /
+# top-p sort, softmax, scatter and sampling temporaries of
+# vllm/v1/sample/ops/topk_topp_sampler.py). From vLLM's logged peak activation
+# (same llm-d source, max_num_seqs 1024): Qwen3-0.6B 5.56 GiB / (1024 x 151936)
+# = 38.4 B; the others agree within 1.5% (Llama-3.1-8B 4.76 GiB / 128256 vocab:
+# 39.0 B; gpt-oss-20b 7.38 GiB / 201088: 38.5 B; Qwen3-32B 5.64 GiB: 38.9 B).
+SAMPLER_BYTES_PER_LOGIT = 5.56 * GIB / (1024 * 151936)
 POOL_ORDER = ("encoder", "llm", "prefill", "decode")
 
 
 @dataclass
 class MemoryPlan:
-    """Per-GPU memory of one LLM worker (bytes)."""
+    """Per-GPU memory of one LLM worker (bytes). ``activation_bytes`` is the whole
+    reserve (peak activation + non-torch, or the override); ``non_torch_bytes`` the
+    non-torch part of it."""
 
     usable_bytes: float
     weight_bytes: float
@@ -39,6 +81,7 @@ class MemoryPlan:
     block_size: int
     num_blocks: int
     max_model_len: int
+    non_torch_bytes: float = 0.0
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -46,16 +89,30 @@ class MemoryPlan:
 
 
 def activation_reserve_bytes(model: catalog.ModelSpec, tp: int, token_budget: int, max_running: int) -> float:
-    """Peak activation memory of one step, estimated (vLLM profiles it instead).
+    """Peak torch memory above the weights of vLLM's profile run (bytes per GPU).
 
-    Largest transient tensors: the MLP intermediate of a full-budget step
-    (gate and up outputs), hidden states, and fp32 logits of the sampled rows.
+    vLLM V1's ``profile_run`` (``vllm/v1/worker/gpu_model_runner.py``) runs one
+    forward pass of ``max_num_batched_tokens`` (``token_budget``) tokens, then the
+    sampler over ``max_num_seqs`` (``max_running``) rows; the peak is the larger
+    of the two, plus the forward's output hidden states still held while sampling:
+
+    * forward: hidden states and residual (2 x T x hidden) and, at the MLP, the
+      gate|up output (T x 2 x ffn / tp) and its activation (T x ffn / tp), bf16;
+    * sampler: ``max_running x vocab x`` :data:`SAMPLER_BYTES_PER_LOGIT` (full
+      vocabulary on every rank: the logits are gathered before sampling).
     """
     llm = model.llm
-    mlp = token_budget * 2 * (llm.intermediate_size // tp) * 2
-    hidden = token_budget * 4 * llm.hidden_size * 2
-    logits = max_running * (llm.vocab_size // tp) * 4
-    return mlp + hidden + logits + RUNTIME_OVERHEAD_BYTES
+    b = catalog.BYTES_PER_PARAM_BF16
+    ffn = -(-llm.intermediate_size // tp)
+    up = (2 if llm.gated_mlp else 1) * ffn
+    forward = token_budget * (2 * llm.hidden_size + up + ffn) * b
+    sampler = max_running * llm.vocab_size * SAMPLER_BYTES_PER_LOGIT + token_budget * llm.hidden_size * b
+    return max(forward, sampler)
+
+
+def non_torch_bytes(tp: int) -> float:
+    """Non-torch memory per GPU of a ``tp``-way worker (see :data:`NON_TORCH_TP_BYTES`)."""
+    return NON_TORCH_TP1_BYTES if tp == 1 else NON_TORCH_TP_BYTES
 
 
 def place_workers(pools: dict, count: int, keys: dict[str, str] | None = None) -> dict[str, list[tuple[int, ...]]]:
@@ -120,8 +177,10 @@ def plan_llm_memory(
         weights += model.encoder.num_params * catalog.BYTES_PER_PARAM_BF16 / tp
     if dep.activation_reserve_gib is not None:
         act = dep.activation_reserve_gib * GIB
+        non_torch = 0.0
     else:
-        act = activation_reserve_bytes(model, tp, batching.token_budget, batching.max_running)
+        non_torch = non_torch_bytes(tp)
+        act = activation_reserve_bytes(model, tp, batching.token_budget, batching.max_running) + non_torch
     kv_per_token = kv_bytes_per_token_tp / pp
     kv = usable - weights - act - extra_bytes_per_gpu
     max_len = dep.max_model_len or model.llm.max_context
@@ -138,7 +197,8 @@ def plan_llm_memory(
             f"{dep.gpu_memory_utilization} x {gpu.memory_gib:g} GiB per GPU; raise tp or pp, pick a larger GPU "
             f"or lower deployment.max_model_len",
         )
-    return MemoryPlan(usable, weights, act, max(kv, 0.0), kv_per_token, dep.block_size, num_blocks, max_len)
+    return MemoryPlan(usable, weights, act, max(kv, 0.0), kv_per_token, dep.block_size, num_blocks, max_len,
+                      non_torch)
 
 
 def check_encoder_memory(dep, model: catalog.ModelSpec, gpu: catalog.GpuSpec, tp: int) -> float:

@@ -57,12 +57,77 @@ def run_scenario(scn, base_dir: Path = Path("."), *, progress=None, requests=Non
     summary["sim_steps"] = sum(e.num_steps for e in engines)
     summary["sim_end_at_s"] = result.end_at
     summary["deployment"] = deployment_summary(built, result.frontend)
-    summary["cost_model"] = built.cost_model
+    summary["cost_model"] = {**built.cost_model, "extrapolated_share": _extrapolated_share(built)}
+    summary["engine_costs"] = engine_costs_summary(built)
     if built.admission is not None:  # RPS-Serve: how requests were classified
         queues = [e.scheduler.queue for e in result.frontend.llm_engines if hasattr(e.scheduler.queue, "class_counts")]
         counts = [sum(c) for c in zip(*(q.class_counts() for q in queues))] if queues else []
         summary["admission"] = {**built.admission.report, "requests_per_class": counts}
     return RunOutput(df, clean_json(summary), built)
+
+
+def engine_costs_summary(built) -> dict:
+    """The engine terms in force (lmmsim.costmodel.engine_overheads) and, per LLM pool, the
+    named breakdown of a batch-1 decode step (1,000 tokens of context) in ms."""
+    out: dict = {}
+    for name in built.memory:
+        cost = built.costs.get(name)
+        if cost is None or not hasattr(cost, "llm_step_breakdown"):
+            continue
+        out.setdefault("terms", cost.overheads.describe())
+        out.setdefault("decode_b1_ctx1000_ms", {})[name] = {
+            k: v * 1e3 for k, v in cost.llm_step_breakdown((), 1, 1000, 1).items()}
+    return out
+
+
+def _extrapolated_share(built) -> dict[str, float] | None:
+    """``cost_model.extrapolated_share``: per operator class, the share of the predicted
+    time that came from calls outside the fitted data, weighted by predicted time over
+    the distinct shapes the operator predictor evaluated (not by how often they were
+    used; :class:`~lmmsim.costmodel.fitted.FittedPredictor`, "Extrapolated share").
+    Classes without data on this GPU count as 1. None for a roofline v0 run."""
+    from lmmsim.costmodel.fitted import extrapolated_share
+
+    return extrapolated_share(getattr(c, "predictor", None) for c in built.costs.values())
+
+
+#: What ``lmmsim validate`` predicts to estimate the extrapolated share without running:
+#: the first PROBE_REQUESTS requests, prompts cut in PROBE_CHUNK-token chunks (the default
+#: chunked-prefill token budget), and decode batches of PROBE_BATCHES sequences.
+PROBE_REQUESTS = 256
+PROBE_CHUNK = 2048
+PROBE_BATCHES = (1, 8, 32, 128)
+
+
+def probe_extrapolated_share(built) -> dict[str, float] | None:
+    """The extrapolated share (:func:`_extrapolated_share`) of a typical step set, cheap
+    enough for ``lmmsim validate``: through every cost model of the run, each of the first
+    :data:`PROBE_REQUESTS` requests' media items encoded alone, its prompt prefilled in
+    :data:`PROBE_CHUNK`-token chunks (one chunk per step), and decode steps of
+    :data:`PROBE_BATCHES` sequences at the median prompt length + 128 tokens. Only the
+    predictor's counters move (nothing is simulated); the run's own figure, written to
+    summary.json, weighs what the run really asked for."""
+    requests = list(built.requests[:PROBE_REQUESTS])
+    prompts = sorted(r.num_prompt_tokens for r in requests) or [PROBE_CHUNK]
+    context = prompts[len(prompts) // 2] + 128
+    has_encoder_pool = "encoder" in built.costs
+    for name, cost in built.costs.items():
+        if getattr(cost, "predictor", None) is None:
+            continue
+        # Media are encoded by the encoder pool when there is one, else by the LLM pools.
+        if cost.model.encoder is not None and (name == "encoder" or not has_encoder_pool):
+            for r in requests:
+                for seg in r.media_segments:
+                    cost.encode_s([seg.item.encoder])
+        if name == "encoder":
+            continue
+        for n in sorted(set(prompts)):
+            for start in range(0, n, PROBE_CHUNK):
+                chunk = min(PROBE_CHUNK, n - start)
+                cost.llm_step_s([(chunk, start + chunk)], 0, 0, 1)
+        for b in PROBE_BATCHES:
+            cost.llm_step_s([], b, b * context, b)
+    return _extrapolated_share(built)
 
 
 def deployment_summary(built, frontend) -> dict:
@@ -78,6 +143,7 @@ def deployment_summary(built, frontend) -> dict:
                 "kv_cache_gib_per_gpu": plan.kv_bytes / 2**30,
                 "kv_blocks_per_worker": plan.num_blocks,
                 "kv_capacity_tokens_per_worker": plan.kv_capacity_tokens,
+                "non_torch_gib_per_gpu": plan.non_torch_bytes / 2**30,
             })
         pools[name] = entry
     engines = frontend.llm_engines

@@ -27,6 +27,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, 
                       model_validator)
 
 from lmmsim import policies
+from lmmsim.costmodel.engine_overheads import EngineCostsConfig
 from lmmsim.deployments import DeploymentConfig, MonolithicDeployment
 from lmmsim.config_errors import describe, most_specific
 from lmmsim.errors import UserError
@@ -151,6 +152,8 @@ def scenario_cls():
         workload: WorkloadConfig
         slo: SloConfig = SloConfig()
         sim: SimConfig = SimConfig()
+        # Per-step engine costs beyond the kernels (lmmsim.costmodel.engine_overheads).
+        engine: EngineCostsConfig = EngineCostsConfig()
 
         @field_validator("name")
         @classmethod
@@ -227,7 +230,8 @@ def validate_scenario(raw: dict):
     preset = get_system(system)
     hardware = raw.get("hardware")
     count = hardware.get("count", 1) if isinstance(hardware, dict) else 1
-    merged = merge_over_preset(preset.defaults_for(count if isinstance(count, int) and count > 0 else 1), raw)
+    merged = merge_over_preset(preset.defaults_for(count if isinstance(count, int) and count > 0 else 1,
+                                                   text_only=_text_only(raw.get("model"))), raw)
     merged.setdefault("system", system)
     try:
         scn = scenario_cls().model_validate(merged)
@@ -236,6 +240,19 @@ def validate_scenario(raw: dict):
     for path in _coerced_bools(merged, scn.model_dump(), ""):
         raise UserError(path, "expected a number, got a yes/no value (true/false)")
     return scn
+
+
+def _text_only(name) -> bool:
+    """Does catalog model ``name`` lack an encoder? (A preset may default differently for
+    it.) False for a name the catalog lacks: the build names that error."""
+    if not isinstance(name, str):
+        return False
+    from lmmsim import catalog
+
+    try:
+        return catalog.get_model(name).encoder is None
+    except UserError:
+        return False
 
 
 def _coerced_bools(raw, value, path: str):

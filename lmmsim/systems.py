@@ -1,7 +1,8 @@
 """Named systems: presets of deployment + policies a scenario picks with ``system:``.
 
-A preset only supplies defaults, computed from ``hardware.count``; every key a
-scenario sets overrides them. Each entry says in one line what it is and cites
+A preset only supplies defaults, computed from ``hardware.count`` (and, where a
+preset says so, for a text-only model: ``text_defaults``); every key a scenario
+sets overrides them. Each entry says in one line what it is and cites
 where it is defined; its ``notes`` list the simplifications we make.
 """
 
@@ -20,8 +21,13 @@ class SystemPreset:
     reference: str
     defaults: Callable[[int], dict]  # hardware.count -> default keys
     notes: tuple[str, ...] = field(default=())
+    # hardware.count -> default keys for a model without an encoder (None: ``defaults``):
+    # a preset whose encoder pool would idle on a text model says what it runs instead
+    text_defaults: Callable[[int], dict] | None = None
 
-    def defaults_for(self, num_gpus: int) -> dict:
+    def defaults_for(self, num_gpus: int, text_only: bool = False) -> dict:
+        if text_only and self.text_defaults is not None:
+            return self.text_defaults(num_gpus)
         return self.defaults(num_gpus)
 
 
@@ -132,13 +138,27 @@ def _dynamo(n: int) -> dict:
     }
 
 
+def _dynamo_text(n: int) -> dict:
+    # Dynamo's disaggregated serving of a text LLM: no encoder GPU, the same P/D split of all of them
+    prefill = _pow2_at_most(max(1, n // 2))
+    decode = _pow2_at_most(max(1, n - prefill))
+    return {
+        "deployment": {"kind": "p_d", "prefill": {"tp": prefill}, "decode": {"tp": decode}},
+        "policy": {**_FCFS, "batching": {"kind": "chunked_prefill"}},
+    }
+
+
 register_system(SystemPreset(
     name="dynamo",
-    summary="E + P + D: per-request encode, prefill workers hand KV caches to decode workers",
+    summary="E + P + D: per-request encode, prefill workers hand KV caches to decode workers "
+            "(P + D on a text-only model)",
     reference="NVIDIA Dynamo (disaggregated serving, 2025); the EPD baseline of EAServe (easerve.txt section 4)",
     defaults=_dynamo,
+    text_defaults=_dynamo_text,
     notes=("Default allocation: 1 encoder GPU; of the rest, prefill takes the largest power of two <= half, "
            "decode the largest power of two of what remains (override with deployment.*).",
+           "On a text-only model (no encoder): kind p_d, prefill the largest power of two <= half of the GPUs, "
+           "decode the largest power of two of what remains.",
            "KV transfer = prompt tokens x KV bytes per token over the prefill worker's links."),
 ))
 

@@ -1,7 +1,7 @@
 """Property-based fuzz test of whole simulation runs, through the public Python API.
 
 Hypothesis draws small *valid* scenarios -- every system preset, every
-deployment kind (monolithic, e_pd, e_p_d, with or without a preset under
+deployment kind (monolithic, e_pd, e_p_d, p_d, with or without a preset under
 it), every catalog model and GPU, small mixed text/image/video/audio
 workloads, poisson/gamma/deterministic arrivals, queue/batching/dispatch
 policies, both admission modes, small embedding buffers, small token
@@ -288,6 +288,12 @@ def custom_deployment(draw, kind: str, model, g: int):
         enc = draw(encoder_pool())
         llm = draw(llm_pool(model, g))
         return {"kind": kind, "encoder": enc, "llm": llm, "gpu_sharing": None}, _gpus(enc, enc["tp"]) + _gpus(llm, g)
+    if kind == "p_d":  # no encoder pool: a multimodal model's prefill workers encode locally
+        prefill = draw(llm_pool(model, g))
+        decode = draw(llm_pool(model, g))
+        return {"kind": kind, "prefill": prefill, "decode": decode,
+                "max_in_flight_kv_transfers": draw(st.sampled_from([None, 1, 4])),
+                "first_token": draw(st.sampled_from(["prefill", "decode"]))}, _gpus(prefill, g) + _gpus(decode, g)
     enc = draw(encoder_pool())
     prefill = draw(llm_pool(model, g))
     decode = draw(llm_pool(model, g))
@@ -347,9 +353,9 @@ def scenario_cases(draw):
     """(raw scenario mapping, KV target factor or None)."""
     system = draw(st.sampled_from(SYSTEM_NAMES))
     use_preset = draw(weighted((True, 2), (False, 1)))
-    kind = preset_kind(system) if use_preset else draw(st.sampled_from(["monolithic", "e_pd", "e_p_d"]))
+    kind = preset_kind(system) if use_preset else draw(st.sampled_from(["monolithic", "e_pd", "e_p_d", "p_d"]))
     # prefer small models: most draws then fit, build and run fast
-    names = MM_MODELS if kind != "monolithic" else ALL_MODELS
+    names = ALL_MODELS if kind in ("monolithic", "p_d") else MM_MODELS
     small = [n for n in names if MODELS[n].weight_bytes < 20e9]
     model_name = draw(st.one_of(st.sampled_from(small), st.sampled_from(names)))
     model = MODELS[model_name]
@@ -379,7 +385,7 @@ def scenario_cases(draw):
         dep["max_model_len"] = max_len
     if draw(st.integers(0, 3)) == 0:
         dep["block_size"] = draw(st.sampled_from([1, 8, 32]))
-    if kind != "monolithic":
+    if kind not in ("monolithic", "p_d"):  # keys of an encoder pool and its embedding buffer
         if draw(weighted((True, 2), (False, 1))):
             dep["admission"] = draw(st.sampled_from(["streaming", "after_encode"]))
         if draw(weighted((True, 2), (False, 1))):
@@ -531,7 +537,7 @@ def _time_order(row, req, kind: str, admission: str | None) -> list[str]:
         bad.append(f"time: request {rid}: arrived {a!r} <= encode_started {es!r} <= encode_finished {ef!r} "
                    f"<= first_token {ft!r} fails")
     starts_with_media = req.segments[0].item is not None
-    if kind == "monolithic":
+    if kind in ("monolithic", "p_d"):  # p_d: the prefill worker encodes inside its steps, as monolithic
         if not ps <= es:
             bad.append(f"time: monolithic request {rid}: encode_started {es!r} < prefill_started {ps!r}")
         if starts_with_media and es != ps:
@@ -626,7 +632,7 @@ def violations(scn, run) -> list[str]:
     # the reasons lmmsim refuses a request at arrival: longer than max_model_len, or
     # (disaggregated) embeddings larger than the receiver's embedding buffer
     fits = rej["num_prompt_tokens"] + rej["num_output_tokens"] <= max_len
-    spurious = rej[fits & ((rej["num_media_items"] == 0) | (kind == "monolithic"))]
+    spurious = rej[fits & ((rej["num_media_items"] == 0) | (kind in ("monolithic", "p_d")))]
     if len(spurious):
         row = spurious.iloc[0]
         bad.append(f"status: request {row.request_id} ({row.num_prompt_tokens}+{row.num_output_tokens} tokens, "

@@ -151,7 +151,7 @@ name: rserve-after-encode
 seed: 0
 system: rserve
 model: qwen2.5-vl-7b
-hardware: {gpu: h100-sxm-80gb, count: 6}
+hardware: {gpu: h100-sxm-80gb, count: 6, cost_model: roofline}
 deployment: {admission: after_encode, embedding_buffer_gib: 0.03, encoder: {workers: 2}, llm: {pp: 4}}
 workload:
   num_requests: 71
@@ -171,7 +171,7 @@ name: streaming-hostage
 seed: 67
 system: SYSTEM
 model: qwen2.5-vl-7b
-hardware: {gpu: h100-sxm-80gb, count: 3}
+hardware: {gpu: h100-sxm-80gb, count: 3, cost_model: roofline}
 deployment: {admission: streaming, embedding_buffer_gib: 0.05, gpu_memory_utilization: 0.215, max_model_len: 8192,
              encoder: {tp: 1, workers: 2}, llm: {tp: 1, pp: 1}}
 workload:

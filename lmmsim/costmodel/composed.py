@@ -40,6 +40,15 @@ Memo tables are cleared when they grow past ``MEMO_LIMIT`` entries, which
 bounds memory and never changes a result (every entry is a pure function of
 its key).
 
+Engine terms: with ``overheads`` (:class:`~lmmsim.costmodel.engine_overheads.EngineOverheads`,
+from the scenario's ``engine:`` mapping) a step also pays CUDA-graph padding,
+per-collective CPU launches on eager steps, the KV-cache write and a per-step
+CPU time, each sourced in :mod:`lmmsim.costmodel.engine_overheads`. They depend
+only on the step's token count and whether it samples, so they are one more
+memo look-up per step (no SimPy event). :meth:`ComposedStepCostModel.llm_step_breakdown`
+names every term of a step. In the compute / memory split below, host-side
+(CPU) terms count as memory-bound time: they do not use SMs.
+
 Compute / memory split (for GPU sharing, :mod:`lmmsim.engine.gpu_share`):
 :meth:`ComposedStepCostModel.llm_step_parts` and
 :meth:`~ComposedStepCostModel.encode_parts` return ``(compute_s, memory_s)``,
@@ -64,6 +73,7 @@ from typing import Sequence
 
 from lmmsim.catalog import BYTES_PER_PARAM_BF16, GpuSpec, ModelSpec
 from lmmsim.costmodel.base import OperatorPredictor
+from lmmsim.costmodel.engine_overheads import EngineOverheads
 from lmmsim.costmodel.roofline import RooflinePredictor
 from lmmsim.errors import UserError
 from lmmsim.workload.request import EncoderWork
@@ -170,7 +180,7 @@ class ComposedStepCostModel:
     MEMO_LIMIT = 1 << 18
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int, predictor: OperatorPredictor, *,
-                 encoder_only: bool = False):
+                 encoder_only: bool = False, overheads: EngineOverheads | None = None):
         # ``encoder_only``: an encoder pool's model; its tp splits the encoder (heads padded
         # when they do not divide), never the LLM, so the LLM's heads are not checked.
         llm = model.llm
@@ -201,6 +211,12 @@ class ComposedStepCostModel:
         self._prefill_memo: dict[tuple[int, int], float] = {}
         self._head_memo: dict[int, float] = {}
         self._encode_memo: dict[tuple[tuple[int, int], ...], float] = {}
+        # Engine terms (lmmsim.costmodel.engine_overheads): one memo look-up per step, keyed
+        # by the step's token count (negative when no row is sampled); none when all are off.
+        self.overheads = overheads or EngineOverheads.none()
+        self._ov_active = self.overheads.active
+        self._engine_memo: dict[int, float] = {}
+        self._engine_parts_memo: dict[int, tuple[float, float]] = {}
         # Bound method looked up once: the hot path calls it every decode step.
         self._decode_attention = predictor.attention_decode_s
 
@@ -265,6 +281,12 @@ class ComposedStepCostModel:
             if t is None:
                 t = self._lm_head(num_sampled)
             total += t
+        if self._ov_active:
+            key = tokens if num_sampled > 0 else -tokens
+            t = self._engine_memo.get(key)
+            if t is None:
+                t = self._store(self._engine_memo, key, sum(self._engine_terms(self.predictor, key).values()))
+            total += t
         return total
 
     def llm_step_parts(
@@ -311,7 +333,43 @@ class ComposedStepCostModel:
                 t = self._store(self._head_parts_memo, num_sampled, self._lm_head_cost(self._split, num_sampled).pair())
             c += t[0]
             m += t[1]
+        if self._ov_active:
+            key = tokens if num_sampled > 0 else -tokens
+            t = self._engine_parts_memo.get(key)
+            if t is None:
+                t = self._store(self._engine_parts_memo, key, sum(self._engine_terms(self._split, key).values()).pair())
+            c += t[0]
+            m += t[1]
         return (c, m)
+
+    def llm_step_breakdown(
+        self,
+        prefill_chunks: Sequence[tuple[int, int]],
+        num_decodes: int,
+        decode_context_sum: int,
+        num_sampled: int,
+    ) -> dict[str, float]:
+        """The terms of :meth:`llm_step_s` by name (seconds; they sum to it up to float
+        rounding): the kernels (``dense``: linear layers, norms, collectives at the real
+        token count; ``prefill_attention``; ``decode_attention``; ``lm_head``) and the
+        engine terms of :mod:`lmmsim.costmodel.engine_overheads` (0 when off). Not memoised;
+        for reports, not the hot path."""
+        p = self.predictor
+        tokens = num_decodes + sum(c[0] for c in prefill_chunks)
+        out = {"dense": 0.0, "prefill_attention": 0.0, "decode_attention": 0.0, "lm_head": 0.0,
+               "cudagraph_padding": 0.0, "kv_write": 0.0, "collective_launch": 0.0, "step_cpu": 0.0}
+        if tokens <= 0:
+            return out
+        out["dense"] = self._dense_cost(p, tokens)
+        out["prefill_attention"] = sum(self._prefill_attention_cost(p, tuple(c)) for c in prefill_chunks)
+        if num_decodes > 0:
+            out["decode_attention"] = self._layers * p.attention_decode_s(
+                num_decodes, decode_context_sum, self._heads, self._kv_heads, self._head_dim)
+        if num_sampled > 0:
+            out["lm_head"] = self._lm_head_cost(p, num_sampled)
+        if self._ov_active:
+            out.update({k: float(v) for k, v in self._engine_terms(p, tokens if num_sampled > 0 else -tokens).items()})
+        return out
 
     def prefill_s(self, num_tokens: int) -> float:
         """A single fresh prefill of ``num_tokens`` prompt tokens (one sampled token)."""
@@ -357,6 +415,25 @@ class ComposedStepCostModel:
         embed = p.elementwise_s(2 * act, op="embedding") + p.allreduce_s(act, tp)
         final_norm = p.elementwise_s(4 * act, op="add_norm")  # the last residual add is fused into it
         return self._layers * layer + embed + final_norm
+
+    def _engine_terms(self, p, key: int) -> dict:
+        """Engine terms of a step of ``abs(key)`` tokens (rows sampled when ``key > 0``),
+        by name; see :mod:`lmmsim.costmodel.engine_overheads` for each term's source."""
+        ov = self.overheads
+        tokens, sampled = abs(key), key > 0
+        cpu = (lambda s: s) if p is self.predictor else (lambda s: _Split(0.0, s))  # host time: not SM-bound
+        terms = {"cudagraph_padding": 0, "kv_write": 0, "collective_launch": cpu(0.0), "step_cpu": cpu(ov.step_cpu_s)}
+        padded = ov.padded_tokens(tokens)
+        if padded != tokens:
+            terms["cudagraph_padding"] = self._dense_cost(p, padded) + self._dense_cost(p, tokens) * -1
+        if ov.kv_write:
+            # reshape_and_cache: read the new K and V, write them into the paged cache
+            kv_bytes = 2 * tokens * self._kv_heads * self._head_dim * B
+            terms["kv_write"] = self._layers * p.elementwise_s(2 * kv_bytes, op="kv_write")
+        if self.tp > 1 and ov.collective_launch_s and not ov.graph_captured(tokens):
+            calls = 2 * self._layers + 1 + (1 if sampled else 0)  # per-layer all-reduces, embedding, logits gather
+            terms["collective_launch"] = cpu(calls * ov.collective_launch_s)
+        return terms
 
     def _prefill_attention_cost(self, p, chunk: tuple[int, int]):
         """Causal attention of one prefill chunk, over all layers."""

@@ -22,8 +22,8 @@ import math
 
 import numpy as np
 
-from lmmsim.costmodel.features import CLASSES, WORK
-from lmmsim.costmodel.npmodels import RooflineModel
+from lmmsim.costmodel.features import CLASSES
+from lmmsim.costmodel.npmodels import RooflineModel, occupancy
 
 SEED = 0
 #: Estimators tried, in tie-break preference order (the ones that extrapolate first).
@@ -58,19 +58,55 @@ class RooflineRegressor:
     ``launch_s`` pins it. When ``count`` varies (all-reduce over several world
     sizes), launch is the fitted per-step latency.
 
+    Occupancy (attention prefill, ``X = [flops, bytes, count, ctas]`` and a
+    ``num_sms`` in ``prior``): a FlashAttention grid of ``ctas`` thread blocks
+    (query blocks x heads) streams K and V from at most ``ctas`` SMs, so a grid
+    smaller than the GPU reaches ``min(1, ctas / num_sms)`` of the bandwidth a
+    full one does; the memory term's bytes are divided by that. Why: fitted
+    without it on Vidur's A100 prefill attention (every row compute-bound at
+    peak rates, small chunks over long contexts run with 32-64 thread blocks
+    on 108 SMs and are slower than their FLOPs say), the max() let the memory
+    term stand in for under-occupancy at 5 % of HBM bandwidth, and every
+    memory-heavy shape outside the data with a full grid (a 64-token encoder
+    window over thousands of heads) then cost bytes / (0.05 Bw). With it the
+    A100 memory term is not needed by the data at all (it stays at the prior)
+    and the H100 aiconfigurator data put it at ~0.3 (those rows are small
+    kernels). Efficiencies are bounded by ``max_efficiency`` (default 4 for the
+    historical fits, where peaks may be conservative; 1 with occupancy: a
+    physical fraction of peak).
+
     Fitted attributes: ``compute_max_, compute_half_flops_, memory_max_,
     memory_half_bytes_, launch_s_, cost_``.
     """
 
     def __init__(self, peak_flops: float | None = None, peak_bytes_per_s: float = 1.0, *,
-                 launch_s: float | None = None, prior: dict | None = None, prior_weight: float = 0.03):
+                 launch_s: float | None = None, prior: dict | None = None, prior_weight: float = 0.03,
+                 max_efficiency: float | None = None):
         self.peak_flops = peak_flops
         self.peak_bytes_per_s = peak_bytes_per_s
         self.launch_s = launch_s
         self.prior = prior
         self.prior_weight = prior_weight
+        self.max_efficiency = max_efficiency
+
+    def _num_sms(self, X) -> int | None:
+        sms = (self.prior or {}).get("num_sms")
+        return int(sms) if sms and X.shape[1] > 3 else None
+
+    def _max_eff(self, X) -> float:
+        if self.max_efficiency is not None:
+            return float(self.max_efficiency)
+        return 1.0 if self._num_sms(X) else 4.0
 
     def fit(self, X, y):
+        X = np.asarray(X, float)
+        self._top = self._max_eff(X)
+        self.num_sms_ = self._num_sms(X)
+        if self.num_sms_:  # occupancy-scaled bytes (class docstring); the joint fit sees 3 columns
+            X = np.column_stack([X[:, 0], X[:, 1] / occupancy(X[:, 3], self.num_sms_), X[:, 2]])
+        return self._fit_joint(X[:, :3], y)
+
+    def _fit_joint(self, X, y):
         from scipy.optimize import least_squares
 
         X = np.asarray(X, float)
@@ -136,12 +172,15 @@ class RooflineRegressor:
         shift = 0.0 if (fit_launch or self.launch_s is not None) else launch0
         mmax0 = float(p.get("memory_max", 0.9))
         th = [math.log(mmax0), math.log(float(p.get("memory_half_bytes", 0.0)) / (Bw * mmax0) + shift + 1e-9)]
-        lo, hi = [math.log(1e-4), math.log(1e-12)], [math.log(4.0), math.log(10.0)]
+        top = self._top
+        mmax0 = min(mmax0, top)
+        th[0] = math.log(mmax0)
+        lo, hi = [math.log(1e-4), math.log(1e-12)], [math.log(top), math.log(10.0)]
         if compute:
-            cmax0 = float(p.get("compute_max", 0.8))
+            cmax0 = min(float(p.get("compute_max", 0.8)), top)
             th += [math.log(cmax0), math.log(float(p.get("compute_half_flops", 0.0)) / (P * cmax0) + shift + 1e-9)]
             lo += [math.log(1e-4), math.log(1e-12)]
-            hi += [math.log(4.0), math.log(10.0)]
+            hi += [math.log(top), math.log(10.0)]
         if fit_launch:
             th.append(math.log(launch0 + 1e-9))
             lo.append(math.log(1e-12))
@@ -152,7 +191,8 @@ class RooflineRegressor:
         return {"compute_max": self.compute_max_, "compute_half_flops": self.compute_half_flops_,
                 "memory_max": self.memory_max_, "memory_half_bytes": self.memory_half_bytes_,
                 "launch_s": self.launch_s_, "peak_flops": self.peak_flops,
-                "peak_bytes_per_s": float(self.peak_bytes_per_s), "uses_compute": self.compute_max_ is not None}
+                "peak_bytes_per_s": float(self.peak_bytes_per_s), "uses_compute": self.compute_max_ is not None,
+                "num_sms": self.num_sms_}
 
     def predict(self, X):
         return np.log(RooflineModel(self.params()).predict_s(np.asarray(X, float)))
@@ -178,5 +218,5 @@ def make_estimator(name: str, op_class: str, peaks: tuple[float | None, float], 
 
 
 def estimator_inputs(name: str, op_class: str) -> tuple[str, ...]:
-    return WORK if name == "roofline" else CLASSES[op_class].log_features
+    return CLASSES[op_class].work_features if name == "roofline" else CLASSES[op_class].log_features
 

@@ -12,12 +12,50 @@ class is a roofline) -- plus natural logs of the sizes:
 
 * ``gemm``: ``log_m, log_n, log_k, log_flops (2mnk), log_bytes (2(mk+kn+mn))``;
 * ``attention_prefill``: logs of the five sizes, ``causal`` (0/1),
-  ``log_flops`` (causal-average keys), ``log_bytes`` (Q, O, K, V once);
+  ``log_flops`` (causal-average keys), ``log_bytes`` (Q, O, K, V once), and
+  the tiles FlashAttention runs (:data:`ATTENTION_TILE` rows per block):
+  ``log_q_tiles`` (query blocks per sequence), ``log_ctas`` (query blocks x
+  heads: the thread blocks of the grid), ``log_tile_work`` (query/key block
+  pairs the mask keeps x heads x head_dim: the padded work, which is what a
+  64-token window really costs), ``log_prefix`` (``log(context / new_tokens)``,
+  0 for a fresh prefill) and ``log_gqa`` (query heads per KV head);
 * ``attention_decode``: logs of the five sizes, ``log_flops``, ``log_bytes``
-  (the KV read dominates);
+  (the KV read dominates), ``log_mean_context`` (context_sum / batch) and
+  ``log_gqa``;
 * ``elementwise``: ``log_bytes``; ``p2p``: ``log_bytes`` (at least one byte);
 * ``allreduce``: ``log_num_bytes, log_world, log_steps`` with steps = 2(world-1);
   work bytes are the ring's ``steps / world * num_bytes`` sent per GPU.
+
+Domain (:class:`Domain`, what "inside the data" means)
+-------------------------------------------------------
+A saved fit records, per class, where its rows lie; a call outside is an
+extrapolation (counted, and for attention answered by the fitted roofline:
+:mod:`lmmsim.costmodel.fitted`). For most classes the domain is the box of
+the model's log features. For attention it is finer, because a box over
+independent features accepts shapes nobody measured:
+
+* *Batch folded into heads is exact for the kernel, so ``num_heads`` stays a
+  coordinate.* Callers (and the aiconfigurator import) pass ``b`` equal-length
+  sequences of ``h`` heads as one sequence of ``b*h`` heads: FlashAttention's
+  grid is ``(query blocks, heads, batch)`` and every block does the same work,
+  so the kernel cannot tell the two apart (aiconfigurator's H100 encoder rows
+  with equal ``isl`` and ``b*h`` but different splits agree to a median 6 %).
+* *But the joint coverage matters.* Folded heads span four decades in a
+  profile (a batch of 256 at 96 heads) while a long sequence was only timed
+  with few of them, so ``log_num_heads`` "in range" says little on its own.
+  The prefill box is therefore kept per ``(causal, head_dim)`` (different
+  kernels / tile configurations; a head_dim never measured is outside) and per
+  octave of ``new_tokens``: a call must fall in an octave the data has for its
+  kernel, within that octave's range of folded heads, GQA ratio, prefix and
+  padded work. Decode is kept per ``head_dim`` and octave of ``batch``, over
+  mean context, heads and KV heads.
+* *A chunk with a cached prefix is a different shape from a fresh prefill.*
+  ``log_prefix`` is in the box, so a profile without chunked-prefill rows
+  (aiconfigurator's context table: ``context == new_tokens`` always) leaves
+  every later chunk of a prompt outside, honestly.
+
+This is still a box per cell, not a hull: a call inside a cell's ranges but
+between two sparse rows counts as inside.
 
 Which elementwise kernel a row times is not a feature: the fitter groups rows
 by :func:`row_ops` (the canonical op of each row) and fits one model per op.
@@ -61,12 +99,29 @@ def attention_prefill_work(new_tokens, context, num_heads, num_kv_heads, head_di
     return flops, B * head_dim * (2 * new_tokens * num_heads + 2 * context * num_kv_heads), 1.0
 
 
+#: Query / key rows per FlashAttention block (FA2 and FA3 at head_dim <= 128 use 128-row
+#: query blocks; the key block varies, 128 is the common case). Only the tile features use it.
+ATTENTION_TILE = 128
+
+
+def _ceil(x):
+    return np.ceil(x) if isinstance(x, np.ndarray) else float(math.ceil(x))
+
+
 def attention_prefill_features(new_tokens, context, num_heads, num_kv_heads, head_dim, causal=True) -> dict:
     c = causal * 1.0
     flops, nbytes, _ = attention_prefill_work(new_tokens, context, num_heads, num_kv_heads, head_dim, c)
+    q_tiles = _ceil(new_tokens / ATTENTION_TILE)
+    k_tiles = _ceil(context / ATTENTION_TILE)
+    # Block pairs the mask keeps: a causal chunk's query block i sees the prefix's blocks plus
+    # i + 1 of its own (exact when the prefix is a whole number of blocks).
+    pairs = q_tiles * k_tiles - c * q_tiles * (q_tiles - 1) / 2.0
     return {"flops": flops, "bytes": nbytes, "count": 1.0, "log_new_tokens": _log(new_tokens),
             "log_context": _log(context), "log_num_heads": _log(num_heads), "log_num_kv_heads": _log(num_kv_heads),
-            "log_head_dim": _log(head_dim), "causal": c, "log_flops": _log(flops), "log_bytes": _log(nbytes)}
+            "log_head_dim": _log(head_dim), "causal": c, "log_flops": _log(flops), "log_bytes": _log(nbytes),
+            "log_q_tiles": _log(q_tiles), "ctas": q_tiles * num_heads, "log_ctas": _log(q_tiles * num_heads),
+            "log_tile_work": _log(pairs * num_heads * head_dim), "log_prefix": _log(context / new_tokens),
+            "log_gqa": _log(num_heads / num_kv_heads)}
 
 
 def attention_decode_work(batch, context_sum, num_heads, num_kv_heads, head_dim):
@@ -74,12 +129,20 @@ def attention_decode_work(batch, context_sum, num_heads, num_kv_heads, head_dim)
     return flops, B * head_dim * (2 * context_sum * num_kv_heads + 2 * batch * num_heads), 1.0
 
 
+def _logger(*args):
+    """np.log when any argument is an array (fit time), else math.log: one type test per call
+    instead of one per feature (decode attention's features are computed every engine step)."""
+    return np.log if any(isinstance(a, np.ndarray) for a in args) else math.log
+
+
 def attention_decode_features(batch, context_sum, num_heads, num_kv_heads, head_dim) -> dict:
     flops, nbytes, _ = attention_decode_work(batch, context_sum, num_heads, num_kv_heads, head_dim)
-    return {"flops": flops, "bytes": nbytes, "count": 1.0, "log_batch": _log(batch),
-            "log_context_sum": _log(context_sum), "log_num_heads": _log(num_heads),
-            "log_num_kv_heads": _log(num_kv_heads), "log_head_dim": _log(head_dim),
-            "log_flops": _log(flops), "log_bytes": _log(nbytes)}
+    log = _logger(batch, context_sum, num_heads, num_kv_heads, head_dim)
+    return {"flops": flops, "bytes": nbytes, "count": 1.0, "log_batch": log(batch),
+            "log_context_sum": log(context_sum), "log_num_heads": log(num_heads),
+            "log_num_kv_heads": log(num_kv_heads), "log_head_dim": log(head_dim),
+            "log_flops": log(flops), "log_bytes": log(nbytes), "log_mean_context": log(context_sum / batch),
+            "log_gqa": log(num_heads / num_kv_heads)}
 
 
 def elementwise_work(num_bytes):
@@ -111,11 +174,29 @@ def p2p_features(num_bytes) -> dict:
 
 
 @dataclass(frozen=True)
+class Domain:
+    """Where a class's data lie (module docstring): one box over ``box`` per cell.
+
+    A cell is the rounded values of ``cells`` (categorical features) plus, when
+    ``octave`` is set, ``floor(log2(size))`` of that log feature. None of it
+    set: one box over the model's log features.
+    """
+
+    cells: tuple[str, ...] = ()
+    octave: str | None = None
+    box: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ClassSpec:
     work: Callable[..., tuple]  # (flops, bytes, count): the roofline's inputs
     features: Callable[..., dict]  # work + the log features
     log_features: tuple[str, ...]  # the inputs of poly / forest, in column order
     uses_compute: bool  # False: a pure-traffic operator (no compute term)
+    domain: Domain | None = None  # None: the box of log_features
+    # The roofline's inputs: WORK, plus the grid's thread blocks ("ctas") where occupancy
+    # scales the memory term (:class:`~lmmsim.costmodel.estimators.RooflineRegressor`).
+    work_features: tuple[str, ...] = WORK
 
 
 CLASSES: dict[str, ClassSpec] = {
@@ -123,14 +204,19 @@ CLASSES: dict[str, ClassSpec] = {
     "attention_prefill": ClassSpec(
         attention_prefill_work, attention_prefill_features,
         ("log_new_tokens", "log_context", "log_num_heads", "log_num_kv_heads", "log_head_dim", "causal",
-         "log_flops", "log_bytes"),
+         "log_flops", "log_bytes", "log_q_tiles", "log_ctas", "log_tile_work", "log_prefix", "log_gqa"),
         True,
+        Domain(cells=("causal", "log_head_dim"), octave="log_new_tokens",
+               box=("log_new_tokens", "log_prefix", "log_num_heads", "log_gqa", "log_tile_work")),
+        work_features=(*WORK, "ctas"),
     ),
     "attention_decode": ClassSpec(
         attention_decode_work, attention_decode_features,
         ("log_batch", "log_context_sum", "log_num_heads", "log_num_kv_heads", "log_head_dim", "log_flops",
-         "log_bytes"),
+         "log_bytes", "log_mean_context", "log_gqa"),
         True,
+        Domain(cells=("log_head_dim",), octave="log_batch",
+               box=("log_batch", "log_mean_context", "log_num_heads", "log_num_kv_heads")),
     ),
     "elementwise": ClassSpec(elementwise_work, elementwise_features, ("log_bytes",), False),
     "allreduce": ClassSpec(allreduce_work, allreduce_features, ("log_num_bytes", "log_world", "log_steps"), False),

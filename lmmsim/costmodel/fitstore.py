@@ -9,8 +9,10 @@ Layout of ``model.json`` (format :data:`FORMAT`)::
     entry = {"kind": roofline | poly | forest, "estimator": roofline | poly2 | poly3 | forest,
              "features": [...], "metrics": {...}, "feature_ranges": {feature: [min, max]},
              "params": ...,             # roofline parameters, polynomial arrays, or {"file": <npz>}
-             "roofline": {...},         # the class's fitted roofline (non-roofline kinds)
+             "roofline": {...},         # the class's fitted roofline (non-roofline kinds); with
+                                        # "num_sms" when its memory term is occupancy-scaled
              "derived_from": gpu,       # optional: roofline fitted on another GPU's data
+             "domain": {...},           # where the rows lie (lmmsim.costmodel.domain); absent in old fits
              "per_op": {op: entry}}     # optional, elementwise: one model per canonical op
 
 A forest's trees are ``<class>.forest.npz`` (``elementwise.<op>.forest.npz``
@@ -32,6 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lmmsim.catalog import GpuSpec, LinkSpec
+from lmmsim.costmodel.domain import DomainCheck
 from lmmsim.costmodel.estimators import EXTRAPOLATING, FOREST_PARAMS, SEED, estimator_inputs
 from lmmsim.costmodel.features import CLASSES, WORK, class_peaks, matrix
 from lmmsim.costmodel.npmodels import ForestModel, PolyModel, RooflineModel
@@ -77,6 +80,8 @@ def _entry(folder: Path, op_class: str, cf: ClassFit, op: str | None = None) -> 
             name = f"{_file_stem(op_class, op)}.forest.npz"
             _save_forest(folder / name, cf.estimator)
             entry["params"] = {"file": name, **FOREST_PARAMS, "random_state": SEED}
+    if cf.domain is not None:
+        entry["domain"] = cf.domain
     if cf.per_op:
         entry["per_op"] = {o: _entry(folder, op_class, sub, o) for o, sub in sorted(cf.per_op.items())}
     return entry
@@ -128,6 +133,23 @@ class LoadedClass:
     metrics: dict
     feature_ranges: dict
     per_op: dict[str, LoadedClass] = field(default_factory=dict)
+    domain: dict | None = None  # None: a derived class, or a fit saved before domains
+
+    def domain_check(self) -> DomainCheck:
+        """Where this model's data lie: the saved domain, else (older fits) the box of
+        ``feature_ranges`` over its features; a derived class has no data here (nothing inside)."""
+        if self.domain is not None:
+            return DomainCheck(self.domain)
+        if self.derived_from or not self.feature_ranges:
+            return DomainCheck(None)
+        names = self.features if self.kind != "roofline" else CLASSES[self.op_class].log_features
+        return DomainCheck.from_ranges(self.feature_ranges, names)
+
+    def roofline_outside(self) -> bool:
+        """Whether a call outside the domain is answered by the fitted roofline rather
+        than this model: always for a forest (flat outside the data); for any model of
+        a class with a physical domain (attention: a polynomial bends outside)."""
+        return self.kind == "forest" or (self.kind != "roofline" and CLASSES[self.op_class].domain is not None)
 
     def predict_s(self, feats: dict) -> np.ndarray:
         """Seconds for a feature dict from :func:`~lmmsim.costmodel.features.class_features`
@@ -138,13 +160,16 @@ class LoadedClass:
         """As :meth:`predict_s`, but a forest hands rows outside its fitted feature
         box to its fitted roofline (as :class:`~lmmsim.costmodel.fitted.FittedPredictor` does)."""
         pred = self.predict_s(feats)
-        if self.kind == "forest":
-            X = matrix(feats, self.features)
-            lo = np.array([self.feature_ranges[nm][0] for nm in self.features]) - 1e-9
-            hi = np.array([self.feature_ranges[nm][1] for nm in self.features]) + 1e-9
-            out = ((X < lo) | (X > hi)).any(axis=1)
+        if self.roofline_outside():
+            if self.kind == "forest" and CLASSES[self.op_class].domain is None:  # the forest's own box
+                X = matrix(feats, self.features)
+                lo = np.array([self.feature_ranges[nm][0] for nm in self.features]) - 1e-9
+                hi = np.array([self.feature_ranges[nm][1] for nm in self.features]) + 1e-9
+                out = ((X < lo) | (X > hi)).any(axis=1)
+            else:
+                out = ~self.domain_check().inside_frame(feats)
             if out.any():
-                pred = np.where(out, self.roofline.predict_s(matrix(feats, WORK)), pred)
+                pred = np.where(out, self.roofline.predict_s(matrix(feats, CLASSES[self.op_class].work_features)), pred)
         return pred
 
 
@@ -160,7 +185,7 @@ def _load_entry(folder: Path, op_class: str, entry: dict, peaks: tuple) -> Loade
     kind = entry["kind"]
     derived = entry.get("derived_from")
     if kind == "roofline":
-        model = RooflineModel(entry["params"], *(peaks if derived else (None, None)))
+        model = RooflineModel(entry["params"], *(peaks if derived else (None, None, None)))
         roof = model
     elif kind == "poly":
         model, roof = PolyModel(entry["params"]), RooflineModel(entry["roofline"])
@@ -173,7 +198,8 @@ def _load_entry(folder: Path, op_class: str, entry: dict, peaks: tuple) -> Loade
     per_op = {op: _load_entry(folder, op_class, {"derived_from": derived, **sub}, peaks)
               for op, sub in entry.get("per_op", {}).items()}
     return LoadedClass(op_class, kind, entry.get("estimator", kind), tuple(entry.get("features", WORK)), model, roof,
-                       derived, entry.get("metrics", {}), entry.get("feature_ranges", {}), per_op)
+                       derived, entry.get("metrics", {}), entry.get("feature_ranges", {}), per_op,
+                       entry.get("domain") if not derived else None)
 
 
 def load_fit(folder: Path, gpu: GpuSpec | None = None, interconnect: LinkSpec | None = None) -> LoadedFit:
@@ -191,20 +217,22 @@ def load_fit(folder: Path, gpu: GpuSpec | None = None, interconnect: LinkSpec | 
     for op_class, entry in doc["classes"].items():
         if op_class not in CLASSES:
             raise ValueError(f"{folder / 'model.json'}: unknown class {op_class!r}")
-        peaks = class_peaks(op_class, gpu, interconnect) if gpu is not None else (None, None)
+        # (FLOP/s, B/s, SMs) a derived class is evaluated with
+        peaks = (*class_peaks(op_class, gpu, interconnect), gpu.num_sms) if gpu is not None else (None, None, None)
         classes[op_class] = _load_entry(folder, op_class, entry, peaks)
     return LoadedFit(doc.get("gpu", ""), doc.get("profile", {}), classes, doc)
 
 
 # =============================================================== derive
-def _derived_entry(entry: dict, source_gpu: str, source_profile: dict | None) -> dict:
+def _derived_entry(op_class: str, entry: dict, source_gpu: str, source_profile: dict | None) -> dict:
     params = entry["params"] if entry["kind"] == "roofline" else entry["roofline"]
-    out = {"kind": "roofline", "estimator": "roofline", "features": list(WORK), "derived_from": source_gpu,
+    out = {"kind": "roofline", "estimator": "roofline", "features": list(CLASSES[op_class].work_features)
+           if params.get("num_sms") else list(WORK), "derived_from": source_gpu,
            "params": params, "metrics": entry.get("metrics", {})}
     if source_profile is not None:
         out["source_profile"] = source_profile
     if entry.get("per_op"):
-        out["per_op"] = {op: _derived_entry(sub, source_gpu, None) for op, sub in entry["per_op"].items()}
+        out["per_op"] = {op: _derived_entry(op_class, sub, source_gpu, None) for op, sub in entry["per_op"].items()}
     return out
 
 
@@ -229,7 +257,8 @@ def derive_classes(source_folder: Path, target_folder: Path, classes, *, target_
             raise ValueError(f"{source_folder}: no fitted {op_class!r}")
         if op_class in doc["classes"] and not doc["classes"][op_class].get("derived_from"):
             raise ValueError(f"{target_path}: {op_class!r} is already fitted from data")
-        doc["classes"][op_class] = _derived_entry(entry, src.get("gpu", str(source_folder)), src.get("profile", {}))
+        doc["classes"][op_class] = _derived_entry(op_class, entry, src.get("gpu", str(source_folder)),
+                                                  src.get("profile", {}))
     target_path.parent.mkdir(parents=True, exist_ok=True)
     target_path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return target_path

@@ -115,8 +115,11 @@ def _prior(op_class: str, gpu: GpuSpec, link: LinkSpec | None) -> dict:
     if op_class in LINK_CLASSES:
         return {"memory_max": 1.0, "memory_half_bytes": 0.0, "launch_s": (link.latency_us if link else 2.0) / 1e6}
     e = gpu.efficiency
-    return {"compute_max": e.compute_max, "compute_half_flops": e.compute_half_flops, "memory_max": e.memory_max,
-            "memory_half_bytes": e.memory_half_bytes, "launch_s": e.kernel_launch_us / 1e6}
+    prior = {"compute_max": e.compute_max, "compute_half_flops": e.compute_half_flops, "memory_max": e.memory_max,
+             "memory_half_bytes": e.memory_half_bytes, "launch_s": e.kernel_launch_us / 1e6}
+    if "ctas" in CLASSES[op_class].work_features:  # the roofline scales its memory term by occupancy
+        prior["num_sms"] = gpu.num_sms
+    return prior
 
 
 def fit_profile(profile_dir: Path, gpu: GpuSpec, *, out: Path | None = None, classes=None,

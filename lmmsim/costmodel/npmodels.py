@@ -16,11 +16,27 @@ from array import array
 import numpy as np
 
 
-class RooflineModel:
-    """Fitted roofline, evaluated in numpy (vectorised) or pure Python floats (:meth:`time_s`)."""
+def occupancy(ctas, num_sms):
+    """Share of the GPU's SMs a grid of ``ctas`` thread blocks keeps busy: ``min(1, ctas / num_sms)``
+    (:class:`~lmmsim.costmodel.estimators.RooflineRegressor`, "Occupancy")."""
+    if isinstance(ctas, np.ndarray):
+        return np.minimum(1.0, np.maximum(ctas, 1.0) / num_sms)
+    return min(1.0, max(ctas, 1.0) / num_sms)
 
-    def __init__(self, params: dict, peak_flops: float | None = None, peak_bytes_per_s: float | None = None):
+
+class RooflineModel:
+    """Fitted roofline, evaluated in numpy (vectorised) or pure Python floats (:meth:`time_s`).
+
+    A roofline fitted with occupancy (``params["num_sms"]``, attention prefill) takes the
+    grid's thread blocks as a fourth input (``ctas``; a 4th column of ``X``) and divides
+    the bytes by :func:`occupancy`; ``num_sms`` replaces the fitted GPU's SM count (a class
+    derived for another GPU)."""
+
+    def __init__(self, params: dict, peak_flops: float | None = None, peak_bytes_per_s: float | None = None,
+                 num_sms: int | None = None):
         self.params = dict(params)
+        sms = params.get("num_sms")
+        self.num_sms = (num_sms or sms) if sms else None
         P = peak_flops if peak_flops is not None else params.get("peak_flops")
         Bw = peak_bytes_per_s if peak_bytes_per_s is not None else params["peak_bytes_per_s"]
         self.uses_compute = bool(params.get("uses_compute")) and P is not None
@@ -33,21 +49,25 @@ class RooflineModel:
         self._m_half = params["memory_half_bytes"]
         self._launch = params["launch_s"]
 
-    def terms(self, flops: float, nbytes: float) -> tuple[float, float]:
+    def terms(self, flops: float, nbytes: float, ctas: float | None = None) -> tuple[float, float]:
+        if self.num_sms and ctas is not None:
+            nbytes = nbytes / occupancy(ctas, self.num_sms)
         tc = (flops + self._c_half) / self._c_rate if (flops > 0 and self.uses_compute) else 0.0
         tm = (nbytes + self._m_half) / self._m_rate if nbytes > 0 else 0.0
         return tc, tm
 
-    def time_s(self, flops: float, nbytes: float, count: float = 1.0) -> float:
-        tc, tm = self.terms(flops, nbytes)
+    def time_s(self, flops: float, nbytes: float, count: float = 1.0, ctas: float | None = None) -> float:
+        tc, tm = self.terms(flops, nbytes, ctas)
         return (tc if tc > tm else tm) + self._launch * count
 
-    def compute_bound(self, flops: float, nbytes: float) -> bool:
-        tc, tm = self.terms(flops, nbytes)
+    def compute_bound(self, flops: float, nbytes: float, ctas: float | None = None) -> bool:
+        tc, tm = self.terms(flops, nbytes, ctas)
         return tc > tm
 
     def predict_s(self, X: np.ndarray) -> np.ndarray:
         flops, nbytes, count = X[:, 0], X[:, 1], X[:, 2]
+        if self.num_sms and X.shape[1] > 3:
+            nbytes = nbytes / occupancy(X[:, 3], self.num_sms)
         tm = np.where(nbytes > 0, (nbytes + self._m_half) / self._m_rate, 0.0)
         if self.uses_compute:
             tm = np.maximum(np.where(flops > 0, (flops + self._c_half) / self._c_rate, 0.0), tm)

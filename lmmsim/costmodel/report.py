@@ -87,6 +87,18 @@ def report_markdown(fit: Fit) -> str:
         lines.append(_roofline_row(op_class if not cf.per_op else f"{op_class}: pooled", cf))
         for op, sub in sorted(cf.per_op.items()):
             lines.append(_roofline_row(f"{op_class}: {op}", sub))
+    occupancy = [c for c, cf in fit.classes.items() if cf.roofline.params().get("num_sms")]
+    if occupancy:
+        lines += ["", (f"{', '.join(occupancy)}: the memory term's bytes are divided by the grid's occupancy, "
+                       "min(1, thread blocks / SMs), efficiencies bounded by 1 (RooflineRegressor, \"Occupancy\").")]
+    domains = [(c, cf.domain) for c, cf in fit.classes.items()
+               if cf.domain and (cf.domain["cells"] or cf.domain["octave"])]
+    if domains:
+        lines += ["", ("Domain (calls outside are extrapolations: counted, and answered by the fitted roofline; "
+                       "lmmsim.costmodel.domain):"), ""]
+        for c, d in domains:
+            per = list(d["cells"]) + ([f"octave of {d['octave']}"] if d["octave"] else [])
+            lines.append(f"* {c}: {len(d['boxes'])} boxes over {', '.join(d['box'])}, one per {' x '.join(per)}")
     if fit.skipped:
         lines += ["", "Not fitted (the predictor uses the v0 roofline for these):", ""]
         lines += [f"* {c}: {why}" for c, why in fit.skipped.items()]

@@ -46,7 +46,8 @@ from lmmsim.costmodel.estimators import (
     estimator_inputs,
     make_estimator,
 )
-from lmmsim.costmodel.features import CLASSES, WORK, class_features, matrix, row_ops
+from lmmsim.costmodel.domain import fit_domain
+from lmmsim.costmodel.features import CLASSES, class_features, matrix, row_ops
 
 MIN_ROWS = 8
 HELDOUT_FRACTION = 0.2
@@ -89,6 +90,7 @@ class ClassFit:
     feature_ranges: dict[str, list[float]]
     evaluation: pd.DataFrame | None = None  # measured_s, predicted_s (out of sample), split (+ op)
     per_op: dict[str, ClassFit] = field(default_factory=dict)
+    domain: dict | None = None  # where the rows lie (lmmsim.costmodel.domain.fit_domain)
 
 
 @dataclass
@@ -160,7 +162,7 @@ def _fit_rows(op_class, df, train, test, peaks, prior, estimators) -> ClassFit:
     errors = ape(held, y_s[test])
     final = make_estimator(chosen, op_class, peaks, prior).fit(X, y)
     roof = final if chosen == "roofline" else make_estimator("roofline", op_class, peaks, prior).fit(
-        matrix(feats, WORK), y)
+        matrix(feats, CLASSES[op_class].work_features), y)
 
     evaluation = pd.DataFrame({"measured_s": y_s, "predicted_s": np.nan, "split": ""})
     evaluation.loc[train, "predicted_s"] = np.exp(oof[chosen])
@@ -178,7 +180,7 @@ def _fit_rows(op_class, df, train, test, peaks, prior, estimators) -> ClassFit:
     if "op" in df.columns:
         metrics["ops"] = sorted(map(str, df["op"].dropna().unique()))
     ranges = {nm: [float(np.min(feats[nm])), float(np.max(feats[nm]))] for nm in CLASSES[op_class].log_features}
-    return ClassFit(op_class, chosen, final, roof, metrics, ranges, evaluation)
+    return ClassFit(op_class, chosen, final, roof, metrics, ranges, evaluation, domain=fit_domain(op_class, feats))
 
 
 def _fit_per_op(op_class, df, ops, peaks, prior, estimators) -> ClassFit:

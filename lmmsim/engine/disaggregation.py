@@ -35,6 +35,16 @@ request waits at the prefill worker, KV held, until the reservation succeeds
 prefill worker's egress link, after which the prefill worker frees its blocks
 and the request joins the decode worker's batch.
 
+``p_d`` is ``e_p_d`` with no encoder workers: every request goes straight to
+its prefill worker, which encodes a multimodal request's media itself inside
+its steps (``media="local"``, vLLM's encoder cache); no embeddings travel and
+no inbox holds them. Once prefilled, the KV path is ``e_p_d``'s. A request
+a decode worker preempts recomputes its prompt there without re-encoding, as
+``e_p_d``'s do (the scheduler's "keeps its embeddings" simplification). With
+``first_token: decode`` (p_d's default) the first token reaches the client
+when the KV cache lands, so TTFT includes the transfer; ``e_p_d`` counts it
+when the prefill worker samples it.
+
 A worker's egress link is its GPUs' links taken together (one NIC or NVLink
 port per GPU): bandwidth x GPUs.
 """
@@ -295,7 +305,8 @@ class EmbeddingInbox:
 
 
 class DisaggregatedFrontend:
-    """Routes arrivals through encoders to LLM workers, and (``e_p_d``) prefill to decode."""
+    """Routes arrivals through encoders to LLM workers, and (``e_p_d``, ``p_d``) prefill to decode.
+    With no encoders (``p_d``) requests go straight to the prefill workers."""
 
     def __init__(
         self,
@@ -314,6 +325,7 @@ class DisaggregatedFrontend:
         envelope: bool = False,
         offload=None,
         local_target: list[int] | None = None,
+        first_token_at_decode: bool = False,
     ):
         self.env = env
         self.encoders = encoders
@@ -332,6 +344,8 @@ class DisaggregatedFrontend:
         self.offload = offload
         self.local_target = local_target or []
         self.num_remote = len(llm_engines) - len(set(self.local_target))
+        # p_d's ``first_token: decode``: the client sees the first token when the KV lands
+        self.first_token_at_decode = first_token_at_decode
         self._kv_waiting: list[deque] = [deque() for _ in self.decode]
         self.num_kv_transfers = 0
 
@@ -346,6 +360,9 @@ class DisaggregatedFrontend:
     # ------------------------------------------------------------- arrivals
     def arrive(self, seq) -> None:
         engines = self.prefill
+        if not self.encoders:  # p_d: the prefill worker encodes any media itself
+            engines[self._prefill_target(seq, None)].submit(seq)
+            return
         media = seq.request.media_segments
         encoder = min(range(len(self.encoders)), key=lambda i: self.encoders[i].load)
         target = self._prefill_target(seq, encoder)
@@ -369,6 +386,8 @@ class DisaggregatedFrontend:
         remote = self.num_remote
         if remote == 1:
             return 0
+        if not self.inboxes:  # p_d: nothing is on its way to a prefill worker
+            return self.router.route(seq.request, [e.load for e in self.prefill])
         return self.router.route(seq.request, [e.load + box.num_awaiting
                                                for e, box in zip(self.prefill[:remote], self.inboxes)])
 
@@ -449,6 +468,11 @@ class DisaggregatedFrontend:
         def arrived(_event):
             prefill.scheduler.release(seq)
             prefill.notify()
+            missing = len(seq.request.media_segments) - seq.media_ready
+            if missing > 0:  # p_d: encoded at the prefill worker; a recompute here does not re-encode
+                decode.scheduler.media_arrived(seq, missing)
+            if self.first_token_at_decode:
+                seq.first_token_at = self.env.now
             decode.scheduler.admit_prefilled(seq)
             decode.notify()
 

@@ -105,7 +105,9 @@ class Replica:
             if plan.is_empty:
                 if plan.preempted:
                     continue  # the step only evicted; admission is allowed on the retry
-                if sched.media != "remote":
+                # A prefill-only engine may wait for blocks its hand-offs hold until their KV
+                # leaves (the transfer's end wakes it), whatever its media path.
+                if sched.media != "remote" and not sched.prefill_only:
                     raise RuntimeError(
                         f"{self.name}: work is waiting but nothing can be scheduled "
                         f"(free KV blocks {sched.pool.num_free}, waiting {len(sched.queue)})"

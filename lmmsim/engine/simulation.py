@@ -144,7 +144,7 @@ class Simulation:
                 env.step()
         in_system = [s for s in self.seqs if s.status not in ENDED and s.request.arrived_at < horizon]
         if in_system and not env._queue:  # nothing left that could ever move them
-            remote = hasattr(self.frontend, "inboxes")
+            remote = bool(getattr(self.frontend, "encoders", None))  # p_d encodes at the prefill worker
             raise StuckRunError(stuck_message(in_system, len(self.seqs), env.now, remote))
         if self.horizon_s is not None:
             env._now = max(env.now, horizon)  # the clock stopped at the horizon

@@ -125,8 +125,9 @@ def u_shaped_in_c(df: pd.DataFrame) -> float:
 PP_SYSTEMS = ("vllm-pp", "gllm", "gllm-epd", "rserve")
 
 # Known causes where the simulator differs (REPORT.md prints them under the table for rows that miss).
-WHY_ENCODE_SHARE = ("encoding is 7-12% of gLLM-epd's TTFT in our cost model (Qwen2.5-VL's ViT, Vidur-fitted H100: "
-                    "~20 ms per 1024-token item) against up to 26% in the paper's Fig. 2, so overlapping it with "
+WHY_ENCODE_SHARE = ("encoding is 7-10% of gLLM-epd's TTFT in our cost model (Qwen2.5-VL's ViT on the H100 fit of "
+                    "aiconfigurator's measured vLLM 0.24 kernels; ~13 ms per 1024-token item) against up to 26% "
+                    "in the paper's Fig. 2, so overlapping it with "
                     "prefill gains less; `python bench/rserve_encoder_share.py` (encoder passes x2.5) gives the "
                     "paper's size.")
 WHY_TP = "our NVLink all-reduce is cheaper than what the paper's TP4 paid, so TP4 loses less to PP4."
