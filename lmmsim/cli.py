@@ -146,6 +146,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_admission_profile(args) -> int:
+    from lmmsim.build import simulate_requests
     from lmmsim.rps.profiler import profile_isolated
     from lmmsim.scenario import load_scenario
 
@@ -153,7 +154,7 @@ def cmd_admission_profile(args) -> int:
     out = Path(args.output) if args.output else None
     if out is not None and out.exists() and not args.force:
         raise UserError("--output", f"{out} exists; pass --force to overwrite it")
-    df = profile_isolated(scn, base_dir, num_requests=args.requests)
+    df = profile_isolated(scn, base_dir, simulate=simulate_requests, num_requests=args.requests)
     print(f"{len(df)} isolated runs of {scn.name} ({scn.system}, {scn.model}, {scn.hardware.count}x "
           f"{scn.hardware.gpu}); latency = TTFT of a request alone (encode + prefill)")
     print(f"{'modality':<9}{'n':>5}{'mean s':>10}{'p50 s':>10}{'p99 s':>10}{'encode s':>10}{'tokens':>9}")
@@ -277,21 +278,21 @@ def cmd_reproduce(args) -> int:
 
 
 def cmd_search(args) -> int:
-    from lmmsim.easerve import has
+    from lmmsim import search
 
     out = Path(args.output)
-    has.check_output_dir(out, args.force)  # fail before searching, not after
+    search.check_output_dir(out, args.force)  # fail before searching, not after
     if args.method == "has":
-        has.require_optuna()
-    raw, scn, base_dir = has.read_raw(args.scenario, args.overrides)
-    problem = has.Problem(raw, scn, base_dir, rate=args.rate, trial_requests=args.trial_requests,
-                          deploy_s=has.DEPLOY_S if args.deploy_cost is None else args.deploy_cost)
+        search.require_optuna()
+    raw, scn, base_dir = search.read_raw(args.scenario, args.overrides)
+    problem = search.Problem(raw, scn, base_dir, rate=args.rate, trial_requests=args.trial_requests,
+                             deploy_s=search.DEPLOY_S if args.deploy_cost is None else args.deploy_cost)
     t0 = time.perf_counter()
-    result = has.search(problem, method=args.method, budget=args.budget, jobs=args.jobs, seed=args.seed,
-                        executor=args.executor, address=args.address, coordinate_start=args.start,
-                        log=(lambda m: None) if args.quiet else (lambda m: print(m, flush=True)))
+    result = search.search(problem, method=args.method, budget=args.budget, jobs=args.jobs, seed=args.seed,
+                           executor=args.executor, address=args.address, coordinate_start=args.start,
+                           log=(lambda m: None) if args.quiet else (lambda m: print(m, flush=True)))
     wall = time.perf_counter() - t0
-    paths = has.write_outputs(result, out, force=args.force)
+    paths = search.write_outputs(result, out, force=args.force)
     if args.quiet:
         return 0
     s = result.summary

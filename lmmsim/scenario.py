@@ -32,6 +32,7 @@ from lmmsim.deployments import DeploymentConfig, MonolithicDeployment
 from lmmsim.config_errors import describe, most_specific
 from lmmsim.errors import UserError
 from lmmsim.yamlio import read_yaml
+from lmmsim.policies.batching import ChunkedPrefillConfig
 from lmmsim.policies.queueing import FcfsConfig
 from lmmsim.policies.routing import RoundRobinConfig
 from lmmsim.systems import get_system
@@ -52,60 +53,13 @@ class HardwareConfig(_Strict):
     cost_model: str = "auto"
 
 
-class ChunkedPrefillConfig(_Strict):
-    """Continuous batching with chunked prefill (vLLM v1 / Sarathi-Serve)."""
-
-    kind: Literal["chunked_prefill"] = "chunked_prefill"
-    token_budget: PositiveInt = 2048
-    max_running: PositiveInt = 256
-    # Per-step encoder budget in LLM tokens; default = token_budget, and never
-    # below the largest media item (as vLLM raises it).
-    encoder_budget_tokens: PositiveInt | None = None
-
-    @model_validator(mode="after")
-    def _running_fits_budget(self):
-        if self.max_running > self.token_budget:
-            raise ValueError(
-                f"max_running ({self.max_running}) must be <= token_budget ({self.token_budget}): "
-                "every running request must get its decode token each step"
-            )
-        return self
-
-
-class TokenThrottlingConfig(ChunkedPrefillConfig):
-    """gLLM's Token Throttling (Guo et al., 2025): with pipeline parallelism, each
-    micro-batch takes an even share of the pending prefill tokens, between
-    ``min_prefill_tokens`` and ``token_budget``, so stages stay balanced."""
-
-    kind: Literal["token_throttling"] = "token_throttling"
-    min_prefill_tokens: PositiveInt = 256
-
-
-class SchedulableTokensConfig(TokenThrottlingConfig):
-    """RServe's token scheduling (rserve.txt Algorithm 2): each micro-batch takes
-    the schedulable tokens (embedding ready, all earlier tokens scheduled) of
-    the queued requests in order, up to ``token_budget``; a request whose next
-    embedding is missing is passed over instead of blocking the queue.
-    ``inter_request: false`` is RServe-intra: one request's prefill per batch.
-    ``token_throttling: true`` caps each micro-batch at gLLM's Token Throttling
-    share (RServe is built on gLLM; the paper's Algorithm 2 uses a fixed B, our
-    default)."""
-
-    kind: Literal["schedulable_tokens"] = "schedulable_tokens"
-    inter_request: bool = True
-    token_throttling: bool = False
-
-
-BatchingConfig = Annotated[Union[ChunkedPrefillConfig, TokenThrottlingConfig, SchedulableTokensConfig],
-                           Field(discriminator="kind")]
-
-
-@functools.lru_cache(maxsize=1)
-def _policy_config_cls():
-    # Built lazily so policies registered by plugins are part of the union.
+@functools.lru_cache(maxsize=4)
+def _policy_config_for(version: int):
+    # Built lazily, and again after a registration, so policies registered by plugins
+    # (entry points or the registry API) are part of the unions.
     class PolicyConfig(_Strict):
         queue: policies.config_union("queue") = FcfsConfig()  # type: ignore[valid-type]
-        batching: BatchingConfig = ChunkedPrefillConfig()
+        batching: policies.config_union("batching") = ChunkedPrefillConfig()  # type: ignore[valid-type]
         router: policies.config_union("router") = RoundRobinConfig()  # type: ignore[valid-type]
 
     return PolicyConfig
@@ -137,9 +91,14 @@ class SimConfig(_Strict):
     fast_forward: bool = True  # apply decode-only stretches as one event (exact)
 
 
-@functools.lru_cache(maxsize=1)
 def scenario_cls():
-    PolicyConfig = _policy_config_cls()
+    """The Scenario model with every policy registered so far in its unions."""
+    return _scenario_cls_for(policies.registry_version())
+
+
+@functools.lru_cache(maxsize=4)
+def _scenario_cls_for(version: int):
+    PolicyConfig = _policy_config_for(version)
 
     class Scenario(_Strict):
         name: str = "scenario"

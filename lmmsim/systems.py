@@ -1,5 +1,9 @@
 """Named systems: presets of deployment + policies a scenario picks with ``system:``.
 
+Built-in presets register below; a plugin registers its own with
+:func:`register_system`, from a module listed under the ``lmmsim.systems``
+entry-point group (loaded on the first lookup).
+
 A preset only supplies defaults, computed from ``hardware.count`` (and, where a
 preset says so, for a text-only model: ``text_defaults``); every key a scenario
 sets overrides them. Each entry says in one line what it is and cites
@@ -12,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from lmmsim.errors import UserError, choices
+from lmmsim.plugins import load_group
 
 
 @dataclass(frozen=True)
@@ -32,8 +37,6 @@ class SystemPreset:
 
 
 _SYSTEMS: dict[str, SystemPreset] = {}
-
-
 def register_system(preset: SystemPreset) -> SystemPreset:
     if preset.name in _SYSTEMS:
         raise ValueError(f"system {preset.name!r} registered twice")
@@ -42,12 +45,14 @@ def register_system(preset: SystemPreset) -> SystemPreset:
 
 
 def get_system(name: str) -> SystemPreset:
+    load_group("lmmsim.systems")
     if name not in _SYSTEMS:
         raise UserError("system", f"unknown system {name!r}; valid: {choices(_SYSTEMS)}")
     return _SYSTEMS[name]
 
 
 def systems() -> dict[str, SystemPreset]:
+    load_group("lmmsim.systems")
     return dict(sorted(_SYSTEMS.items()))
 
 

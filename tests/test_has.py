@@ -1,4 +1,4 @@
-"""EAServe's Hybrid Auto Selection (lmmsim.easerve.has, `lmmsim search`)."""
+"""EAServe's Hybrid Auto Selection (lmmsim.search, `lmmsim search`)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import pytest
 import yaml
 from conftest import assert_user_error, run_cli
 
-from lmmsim.easerve import has
-from lmmsim.easerve.has import Allocation, Capacities, LocalSettings
+from lmmsim.errors import UserError
 from lmmsim.outputs import MANIFEST
+from lmmsim.search import capacity, mapping, outputs, profiling, runner, trials
+from lmmsim.search.capacity import Allocation, Capacities, LocalSettings
 
 EXAMPLE = {
     "name": "easerve-llava34b-small",
@@ -49,8 +50,8 @@ def scenario(tmp_path):
 
 
 def problem(path, **kw):
-    raw, scn, base = has.read_raw(path)
-    return has.Problem(raw, scn, base, **{"trial_requests": 40, **kw})
+    raw, scn, base = mapping.read_raw(path)
+    return mapping.Problem(raw, scn, base, **{"trial_requests": 40, **kw})
 
 
 # ------------------------------------------------------------------ Stage 1 (pure)
@@ -59,19 +60,19 @@ CAPS = Capacities(encode=10.0, prefill={2: 1.0, 4: 1.5}, decode={2: 1.0, 4: 2.5}
 
 def test_loads_and_balance_score_by_hand():
     a = Allocation(n_e=1, n_p=2, tp_p=2, n_d=1, tp_d=4)
-    loads = has.stage_loads(a, CAPS, rate=2.0)
+    loads = capacity.stage_loads(a, CAPS, rate=2.0)
     assert loads == pytest.approx({"encode": 0.2, "prefill": 1.0, "decode": 0.8})
-    assert has.balance_score(loads) == pytest.approx(5.0)
-    assert has.balance_score({"encode": 0.0, "prefill": 0.5, "decode": 0.25}) == 2.0  # no-load stage left out
+    assert capacity.balance_score(loads) == pytest.approx(5.0)
+    assert capacity.balance_score({"encode": 0.0, "prefill": 0.5, "decode": 0.25}) == 2.0  # no-load stage left out
 
 
 def test_local_alpha_and_prefill_capacity():
     # dynamic: alpha = 1 - rate / (n_E C_E) = 1 - 2 / 20
-    assert has.local_alpha(2.0, 20.0) == pytest.approx(0.9)
-    assert has.local_alpha(50.0, 20.0) == 0.0
-    assert has.local_alpha(2.0, 20.0, LocalSettings("static", 0.3)) == pytest.approx(0.7)
+    assert capacity.local_alpha(2.0, 20.0) == pytest.approx(0.9)
+    assert capacity.local_alpha(50.0, 20.0) == 0.0
+    assert capacity.local_alpha(2.0, 20.0, LocalSettings("static", 0.3)) == pytest.approx(0.7)
     a = Allocation(n_e=2, n_p=1, tp_p=2, n_d=1, tp_d=4, local_tp=2)  # one local TP2 worker
-    remote, local = has.prefill_capacities(a, CAPS, 2.0)
+    remote, local = capacity.prefill_capacities(a, CAPS, 2.0)
     assert (remote, local) == pytest.approx((1.0, 0.9))
 
 
@@ -79,7 +80,7 @@ def test_a_starved_allocation_is_pruned():
     # At 2 req/s a single TP2 decode worker (1 req/s) is starved (load 2); TP4 (2.5 req/s) is not.
     starved = Allocation(n_e=1, n_p=3, tp_p=2, n_d=1, tp_d=2)
     healthy = Allocation(n_e=1, n_p=2, tp_p=2, n_d=1, tp_d=4)  # prefill load 1.0, decode 0.8
-    pr = has.prune([starved, healthy], CAPS, 2.0, drop_dominated=False)
+    pr = capacity.prune([starved, healthy], CAPS, 2.0, drop_dominated=False)
     assert {c.alloc for c in pr.within_capacity} == {healthy}
     assert not pr.capacity_fallback
     assert [c.alloc for c in pr.kept] == [healthy]
@@ -89,7 +90,7 @@ def test_over_capacity_everywhere_keeps_the_least_loaded():
     a = Allocation(1, 1, 2, 1, 2)  # max load 4 (prefill, decode)
     b = Allocation(1, 2, 2, 1, 4)  # prefill 2, decode 1.6 -> max 2
     c = Allocation(1, 1, 4, 1, 4)  # prefill 4 / 1.5 = 2.67
-    pr = has.prune([a, b, c], CAPS, 4.0, drop_dominated=False)
+    pr = capacity.prune([a, b, c], CAPS, 4.0, drop_dominated=False)
     assert pr.capacity_fallback
     assert {x.alloc for x in pr.within_capacity} == {b}  # 2.67 > 1.2 x 2
 
@@ -102,34 +103,34 @@ def test_score_factor_and_top_k():
               Allocation(2, 2, 1, 2, 1),  # all 0.25 -> 1
               Allocation(2, 2, 1, 1, 1),  # 0.25 / 0.25 / 0.5 -> 2
               Allocation(1, 2, 1, 2, 1)]  # 0.5 / 0.25 / 0.25 -> 2
-    pr = has.prune(allocs, caps, 0.5, drop_dominated=False)
+    pr = capacity.prune(allocs, caps, 0.5, drop_dominated=False)
     assert [c.score for c in pr.feasible] == pytest.approx([1, 2, 1, 2, 2])
     # scores within 1.2 x 1: the two balanced ones; lower max load first
     assert [c.alloc for c in pr.kept] == [allocs[2], allocs[0]]
-    loose = has.prune(allocs, caps, 0.5, drop_dominated=False, factor=2.0, top_k=3)
+    loose = capacity.prune(allocs, caps, 0.5, drop_dominated=False, factor=2.0, top_k=3)
     assert len(loose.within_factor) == 5 and len(loose.kept) == 3
     # bottleneck rule: max loads within 1.2x of the best-scored allocation's (0.25): only it
-    bottleneck = has.prune(allocs, caps, 0.5, drop_dominated=False, rule="bottleneck")
+    bottleneck = capacity.prune(allocs, caps, 0.5, drop_dominated=False, rule="bottleneck")
     assert [c.alloc for c in bottleneck.kept] == [allocs[2]]
-    assert len(has.prune(allocs, caps, 0.5, drop_dominated=False, rule="bottleneck", factor=2.0).kept) == 3
+    assert len(capacity.prune(allocs, caps, 0.5, drop_dominated=False, rule="bottleneck", factor=2.0).kept) == 3
 
 
 def test_dominated_allocations_are_dropped():
     small = Allocation(1, 1, 2, 1, 2)
     big = Allocation(2, 1, 2, 1, 4)  # every stage at least as strong
-    pr = has.prune([small, big], CAPS, 0.5)
+    pr = capacity.prune([small, big], CAPS, 0.5)
     assert [c.alloc for c in pr.undominated] == [big]
 
 
 def test_seeds_by_hand():
-    assert has.seed_batch_bound(5.0, 2) == 3
-    assert has.seed_batch_bound(4.0, 2) == 2
-    assert has.seed_batch_bound(0.5, 4) == 1
-    assert has.seed_offload_window(3.0, 1.0) == pytest.approx((0.75, 0.55, 0.95))
-    assert has.seed_offload_window(9.0, 1.0) == pytest.approx((0.9, 0.7, 1.0))  # clipped
-    assert has.seed_offload_window(1.0, 9.0) == pytest.approx((0.1, 0.0, 0.3))
-    assert has.seed_offload_window(2.0, 0.0) == (1.0, 1.0, 1.0)  # no local prefill: s = 1
-    cand = has.score_allocation(Allocation(2, 1, 2, 1, 4, local_tp=2), CAPS, 2.0)
+    assert capacity.seed_batch_bound(5.0, 2) == 3
+    assert capacity.seed_batch_bound(4.0, 2) == 2
+    assert capacity.seed_batch_bound(0.5, 4) == 1
+    assert capacity.seed_offload_window(3.0, 1.0) == pytest.approx((0.75, 0.55, 0.95))
+    assert capacity.seed_offload_window(9.0, 1.0) == pytest.approx((0.9, 0.7, 1.0))  # clipped
+    assert capacity.seed_offload_window(1.0, 9.0) == pytest.approx((0.1, 0.0, 0.3))
+    assert capacity.seed_offload_window(2.0, 0.0) == (1.0, 1.0, 1.0)  # no local prefill: s = 1
+    cand = capacity.score_allocation(Allocation(2, 1, 2, 1, 4, local_tp=2), CAPS, 2.0)
     assert cand.b_max == 1 and cand.s_star == pytest.approx(1.0 / 1.9)
 
 
@@ -146,48 +147,48 @@ def test_encode_capacity_follows_the_curve_at_the_batch_bound():
     assert Capacities(encode=5.0, prefill={}, decode={}).gpu_share_at(3) == 1.0
     a = Allocation(n_e=2, n_p=1, tp_p=2, n_d=1, tp_d=4, local_tp=2)
     # 5 req/s over 2 encoders: B_max = 3, so the pool serves 2 x 2.75, not 2 x 7
-    assert has.stage_capacities(a, caps, 5.0)["encode"] == pytest.approx(5.5)
+    assert capacity.stage_capacities(a, caps, 5.0)["encode"] == pytest.approx(5.5)
     rho = 5.0 / 5.5
     # local prefill loses the GPU only while an encoder pass runs (15% of a busy encoder's time) ...
-    assert has.local_alpha(5.0, 5.5, gpu_share=0.15) == pytest.approx(1 - rho * 0.15)
-    assert has.prefill_capacities(a, caps, 5.0)[1] == pytest.approx(1 - rho * 0.15)
+    assert capacity.local_alpha(5.0, 5.5, gpu_share=0.15) == pytest.approx(1 - rho * 0.15)
+    assert capacity.prefill_capacities(a, caps, 5.0)[1] == pytest.approx(1 - rho * 0.15)
     # ... or at least the smallest SM level a call holds; time slicing: the passes only
-    assert has.local_alpha(5.0, 5.5, LocalSettings("dynamic", min_sm_share=0.2), gpu_share=0.15) == \
+    assert capacity.local_alpha(5.0, 5.5, LocalSettings("dynamic", min_sm_share=0.2), gpu_share=0.15) == \
         pytest.approx(1 - rho * 0.2)
-    assert has.local_alpha(5.0, 5.5, LocalSettings("none"), gpu_share=0.15) == pytest.approx(1 - rho * 0.15)
+    assert capacity.local_alpha(5.0, 5.5, LocalSettings("none"), gpu_share=0.15) == pytest.approx(1 - rho * 0.15)
 
 
 def test_stage1_cost_counts_deployments_and_parallel_stages():
-    run = has.ProfileRun
+    run = profiling.ProfileRun
     runs = [run("encode", 1, "x", 10, 1.0, 30.0, 0.0), run("encode", 2, "x", 10, 2.0, 20.0, 0.0),
             run("prefill", 2, "x", 10, 1.0, 50.0, 0.0), run("prefill", 4, "x", 10, 1.0, 40.0, 0.0),
             run("decode", 4, "x", 10, 1.0, 60.0, 0.0), run("decode", 4, "x", 10, 1.0, 30.0, 0.0)]
-    assert has.stage1_cost(runs) == 90.0  # stages in parallel: max(50, 90, 90)
+    assert profiling.stage1_cost(runs) == 90.0  # stages in parallel: max(50, 90, 90)
     # + one deployment for encode (B changes at run time), one per TP for prefill and decode
-    assert has.stage1_cost(runs, deploy_s=100.0) == 290.0  # prefill 90 + 2 x 100
+    assert profiling.stage1_cost(runs, deploy_s=100.0) == 290.0  # prefill 90 + 2 x 100
 
 
 def test_enumerate_allocations():
-    assert has.enumerate_allocations(5, [2], [2]) == [Allocation(1, 1, 2, 1, 2)]
-    got = has.enumerate_allocations(6, [2], [2], local_tps=[2])
+    assert capacity.enumerate_allocations(5, [2], [2]) == [Allocation(1, 1, 2, 1, 2)]
+    got = capacity.enumerate_allocations(6, [2], [2], local_tps=[2])
     assert got == [Allocation(1, 1, 2, 1, 2), Allocation(2, 1, 2, 1, 2, local_tp=2)]
-    assert all(a.gpus <= 8 for a in has.enumerate_allocations(8, [2, 4], [2, 4], [2, 4]))
+    assert all(a.gpus <= 8 for a in capacity.enumerate_allocations(8, [2, 4], [2, 4], [2, 4]))
 
 
 def test_ranking_and_stopping_rules():
     rows = [{"status": "ok", "throughput_rps": t, "ttft_mean_s": f, "tpot_mean_s": 0.03} for t, f in
             [(3.0, 5.0), (3.02, 2.0), (2.0, 0.5)]]
-    assert has.best_index(rows) == 1  # within 1% of the best throughput: lower TTFT wins
+    assert trials.best_index(rows) == 1  # within 1% of the best throughput: lower TTFT wins
     q = 0.04
-    assert has.objective_value(3.02, 2.0, 0.03, q) > has.objective_value(3.02, 3.0, 0.03, q)
-    assert has.objective_value(3.10, 9.0, 0.03, q) > has.objective_value(3.02, 0.1, 0.01, q)
+    assert trials.objective_value(3.02, 2.0, 0.03, q) > trials.objective_value(3.02, 3.0, 0.03, q)
+    assert trials.objective_value(3.10, 9.0, 0.03, q) > trials.objective_value(3.02, 0.1, 0.01, q)
     flat = [{"status": "ok", "throughput_rps": 2.0, "ttft_mean_s": 1.0 + i, "tpot_mean_s": 0.03} for i in range(10)]
-    assert "spread" in has.stop_reason(flat, min_trials=3)
-    assert has.stop_reason(flat[:2], min_trials=0) is None
+    assert "spread" in trials.stop_reason(flat, min_trials=3)
+    assert trials.stop_reason(flat[:2], min_trials=0) is None
     rising = [{"status": "ok", "throughput_rps": 1.0 + i, "ttft_mean_s": 1.0, "tpot_mean_s": 0.03} for i in range(4)]
     stale = rising + [{"status": "ok", "throughput_rps": 0.5, "ttft_mean_s": 1.0, "tpot_mean_s": 0.03}] * 5
-    assert has.stop_reason(rising, min_trials=3) is None
-    assert "without improvement" in has.stop_reason(stale, min_trials=3)
+    assert trials.stop_reason(rising, min_trials=3) is None
+    assert "without improvement" in trials.stop_reason(stale, min_trials=3)
 
 
 # ------------------------------------------------------------------ search (simulated)
@@ -196,8 +197,8 @@ def _history(result):
 
 
 def test_tiny_search_is_reproducible(scenario):
-    a = has.search(problem(scenario), method="has", budget=5, seed=7)
-    b = has.search(problem(scenario), method="has", budget=5, seed=7)
+    a = runner.search(problem(scenario), method="has", budget=5, seed=7)
+    b = runner.search(problem(scenario), method="has", budget=5, seed=7)
     assert len(a.history) == 5
     assert _history(a) == _history(b)
     assert a.summary["capacities"] == b.summary["capacities"]
@@ -216,54 +217,54 @@ def test_tiny_search_is_reproducible(scenario):
 
 def test_baselines_run_the_same_trial_function(scenario):
     pb = problem(scenario)
-    r = has.search(pb, method="random", budget=4, seed=1)
-    c = has.search(pb, method="coordinate", budget=4)
+    r = runner.search(pb, method="random", budget=4, seed=1)
+    c = runner.search(pb, method="coordinate", budget=4)
     assert len(r.history) == 4 and len(c.history) == 4
     assert "capacities" not in r.summary
     assert c.history[0]["alloc"] == "E2-P1x2-D1x4-L1x2"  # starts at the scenario's own configuration
     # B = 8 clipped to the full space's bound ceil(rate / min n_E) = 4
     assert c.history[0]["batch_bound"] == 4 and c.history[0]["offload_s"] == 0.55
-    assert _history(has.search(pb, method="random", budget=4, seed=1)) == _history(r)
+    assert _history(runner.search(pb, method="random", budget=4, seed=1)) == _history(r)
     # an uninformed start: the middle of the allocation order, B = 1, s = 1
-    center = has.search(pb, method="coordinate", budget=2, coordinate_start="center")
+    center = runner.search(pb, method="coordinate", budget=2, coordinate_start="center")
     assert (center.history[0]["batch_bound"], center.history[0]["offload_s"]) == (1, 1.0)
-    with pytest.raises(has.UserError, match="--start"):
-        has.search(pb, method="coordinate", budget=1, coordinate_start="nowhere")
+    with pytest.raises(UserError, match="--start"):
+        runner.search(pb, method="coordinate", budget=1, coordinate_start="nowhere")
 
 
 def test_each_trial_pays_a_deployment(scenario):
-    plain = has.search(problem(scenario, deploy_s=0.0), method="random", budget=4, seed=1)
-    paid = has.search(problem(scenario, deploy_s=100.0), method="random", budget=4, seed=1)
+    plain = runner.search(problem(scenario, deploy_s=0.0), method="random", budget=4, seed=1)
+    paid = runner.search(problem(scenario, deploy_s=100.0), method="random", budget=4, seed=1)
     for a, b in zip(plain.history, paid.history):
         assert b["cum_sim_cost_s"] - a["cum_sim_cost_s"] == pytest.approx(
             100.0 * sum(not r["cached"] for r in paid.history[: b["trial"] + 1]))
-    with pytest.raises(has.UserError, match="--deploy-cost"):
+    with pytest.raises(UserError, match="--deploy-cost"):
         problem(scenario, deploy_s=-1.0)
 
 
 def test_parallel_trials_are_deterministic(scenario):
-    a = has.search(problem(scenario), method="has", budget=4, seed=2, jobs=2)
-    b = has.search(problem(scenario), method="has", budget=4, seed=2, jobs=2)
+    a = runner.search(problem(scenario), method="has", budget=4, seed=2, jobs=2)
+    b = runner.search(problem(scenario), method="has", budget=4, seed=2, jobs=2)
     assert _history(a) == _history(b)
 
 
 def test_dask_executor_gives_the_local_history(scenario):
     pytest.importorskip("dask.distributed")
-    local = has.search(problem(scenario), method="random", budget=3, seed=3, jobs=2)
-    dask = has.search(problem(scenario), method="random", budget=3, seed=3, jobs=2, executor="dask")
+    local = runner.search(problem(scenario), method="random", budget=3, seed=3, jobs=2)
+    dask = runner.search(problem(scenario), method="random", budget=3, seed=3, jobs=2, executor="dask")
     strip = lambda rows: [{k: v for k, v in r.items() if k not in ("wall_s", "cum_sim_cost_s")}  # noqa: E731
                           for r in rows]
     assert strip(dask.history) == strip(local.history)
-    with pytest.raises(has.UserError, match="executor"):
-        has.search(problem(scenario), method="random", budget=1, executor="ray")
+    with pytest.raises(UserError, match="executor"):
+        runner.search(problem(scenario), method="random", budget=1, executor="ray")
 
 
 def test_best_yaml_loads_and_runs(scenario, tmp_path):
     from lmmsim.results import run_scenario
     from lmmsim.scenario import load_scenario
 
-    result = has.search(problem(scenario), method="has", budget=3, seed=0)
-    paths = has.write_outputs(result, tmp_path / "out")
+    result = runner.search(problem(scenario), method="has", budget=3, seed=0)
+    paths = outputs.write_outputs(result, tmp_path / "out")
     best = yaml.safe_load(paths["best_yaml"].read_text())
     assert set(best) == set(EXAMPLE)  # the original keys, deployment replaced
     assert best["workload"] == EXAMPLE["workload"]
@@ -274,9 +275,9 @@ def test_best_yaml_loads_and_runs(scenario, tmp_path):
     if b["local_tp"]:
         assert scn.deployment.local_prefill.offload.remote_fraction == pytest.approx(b["offload_s"])
     assert run_scenario(scn, base).summary["num_finished"] == 20
-    trials = pd.read_csv(paths["trials_csv"])
-    assert list(trials.columns) == has.HISTORY_COLUMNS and len(trials) == 3
-    assert pd.read_parquet(paths["trials_parquet"]).shape == trials.shape
+    history = pd.read_csv(paths["trials_csv"])
+    assert list(history.columns) == trials.HISTORY_COLUMNS and len(history) == 3
+    assert pd.read_parquet(paths["trials_parquet"]).shape == history.shape
     summary = json.loads(paths["summary_json"].read_text())
     assert summary["best"]["trial"] == b["trial"]
     assert summary["pruning"]["feasible"] >= summary["pruning"]["kept"] >= 1
@@ -290,9 +291,9 @@ def test_preset_local_prefill_can_be_switched_off(tmp_path):
     path.write_text(yaml.safe_dump(raw))
     pb = problem(path)
     assert pb.has_local
-    dep = pb.deployment(has.Config(Allocation(1, 1, 2, 1, 4), 2, 1.0))
+    dep = pb.deployment(mapping.Config(Allocation(1, 1, 2, 1, 4), 2, 1.0))
     assert dep["local_prefill"] is None
-    assert pb.validated(pb.scenario_raw(has.Config(Allocation(1, 1, 2, 1, 4), 2, 1.0))).deployment.local_prefill is None
+    assert pb.validated(pb.scenario_raw(mapping.Config(Allocation(1, 1, 2, 1, 4), 2, 1.0))).deployment.local_prefill is None
 
 
 # ------------------------------------------------------------------ CLI

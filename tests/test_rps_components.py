@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from lmmsim.build import simulate_requests
 from lmmsim.errors import UserError
 from lmmsim.rps.classifier import (
     Classifier,
@@ -63,7 +64,7 @@ def small(tmp_path_factory):
 @pytest.fixture(scope="module")
 def profile(small):
     scn, base = small
-    return profile_isolated(scn, base, num_requests=60)
+    return profile_isolated(scn, base, simulate=simulate_requests, num_requests=60)
 
 
 def _alone(scn, base, request: Request) -> float:
@@ -108,9 +109,9 @@ def test_profile_latency_ordering(profile):
 
 def test_profile_is_deterministic(small, profile):
     scn, base = small
-    again = profile_isolated(scn, base, num_requests=60)
+    again = profile_isolated(scn, base, simulate=simulate_requests, num_requests=60)
     pd.testing.assert_frame_equal(profile, again)
-    other = profile_isolated(scn, base, num_requests=60, seed_offset=1)
+    other = profile_isolated(scn, base, simulate=simulate_requests, num_requests=60, seed_offset=1)
     assert not other["latency_s"].equals(profile["latency_s"])
 
 
@@ -127,7 +128,7 @@ def test_profile_runs_fcfs_without_horizon(small, monkeypatch):
         return real(s, *args, **kwargs)
 
     monkeypatch.setattr(lmmsim.build, "build", spy)
-    df = profile_isolated(scn, base, num_requests=12)
+    df = profile_isolated(scn, base, simulate=simulate_requests, num_requests=12)
     assert len(df) == 12  # a 5 s horizon would have cut all but the first request off
     assert seen and all(s.policy.queue.kind == "fcfs" and s.sim.horizon_s is None for s in seen)
 
@@ -137,7 +138,7 @@ def test_profile_widens_spacing_when_runs_overlap(small):
 
     scn, base = small
     reqs = profiling_requests(scn, base, num_requests=8)
-    seqs, rejected, spacing = profiler.run_isolated(scn, base, reqs, spacing_s=0.01)
+    seqs, rejected, spacing = profiler.run_isolated(scn, base, reqs, simulate=simulate_requests, spacing_s=0.01)
     assert spacing > 0.01
     assert spacing / 0.01 == 2 ** round(math.log2(spacing / 0.01))  # doubled
     ran = [s for s in seqs if s.request.request_id not in rejected]
@@ -147,7 +148,7 @@ def test_profile_widens_spacing_when_runs_overlap(small):
 def test_profile_skips_requests_too_long(small):
     scn, base = small
     scn = scn.model_copy(update={"deployment": scn.deployment.model_copy(update={"max_model_len": 4096})})
-    df = profile_isolated(scn, base, num_requests=40)
+    df = profile_isolated(scn, base, simulate=simulate_requests, num_requests=40)
     assert df.attrs["rejected"]
     assert len(df) == 40 - len(df.attrs["rejected"])
     assert (df["prefill_tokens"] < 4096).all()

@@ -304,6 +304,30 @@ class EmbeddingInbox:
         return sum(t.held_bytes for t in self.trackers.values())
 
 
+class PrefillLoads:
+    """Read-only view of the prefill workers an offload router chooses between, for
+    one request (computed when read): outstanding work of each remote prefill
+    worker (requests queued or running, plus embeddings on their way) and of the
+    local prefill worker on the request's encoder GPU."""
+
+    __slots__ = ("_frontend", "_encoder")
+
+    def __init__(self, frontend, encoder: int):
+        self._frontend = frontend
+        self._encoder = encoder
+
+    @property
+    def remote_loads(self) -> tuple[int, ...]:
+        f = self._frontend
+        return tuple(e.load + box.num_awaiting for e, box in zip(f.prefill[:f.num_remote], f.inboxes))
+
+    @property
+    def local_load(self) -> int:
+        f = self._frontend
+        target = f.local_target[self._encoder]
+        return f.prefill[target].load + f.inboxes[target].num_awaiting
+
+
 class DisaggregatedFrontend:
     """Routes arrivals through encoders to LLM workers, and (``e_p_d``, ``p_d``) prefill to decode.
     With no encoders (``p_d``) requests go straight to the prefill workers."""
@@ -381,15 +405,14 @@ class DisaggregatedFrontend:
         """Index of the prefill (or LLM) engine that prefills ``seq``. With local
         prefill workers (EAServe), the offload router sends it remote (a routed
         choice among the remote workers) or to the local worker of ``encoder``."""
-        if self.offload is not None and not self.offload.route():
+        loads = PrefillLoads(self, encoder)
+        if self.offload is not None and not self.offload.route(seq.request, loads):
             return self.local_target[encoder]
-        remote = self.num_remote
-        if remote == 1:
+        if self.num_remote == 1:
             return 0
         if not self.inboxes:  # p_d: nothing is on its way to a prefill worker
             return self.router.route(seq.request, [e.load for e in self.prefill])
-        return self.router.route(seq.request, [e.load + box.num_awaiting
-                                               for e, box in zip(self.prefill[:remote], self.inboxes)])
+        return self.router.route(seq.request, loads.remote_loads)
 
     # ------------------------------------------------------ embeddings E -> P
     def on_encoded(self, encoder: int, batch: list[EncodeItem]) -> None:

@@ -7,5 +7,5 @@ register on import of this package; third-party ones through the
 and registers with :func:`register` as a side effect).
 """
 
-from lmmsim.policies.registry import config_union, create, describe, names, register  # noqa: F401
-from lmmsim.policies import encode_dispatch, offload, queueing, routing, rps_queue  # noqa: F401,E402  (registers built-ins)
+from lmmsim.policies.registry import config_union, create, describe, names, register, registry_version  # noqa: F401
+from lmmsim.policies import batching, encode_dispatch, offload, queueing, routing, rps_queue  # noqa: F401,E402  (registers built-ins)

@@ -85,10 +85,15 @@ class RouteCount(NamedTuple):
 
 @runtime_checkable
 class OffloadRouter(Protocol):
-    """Where the next request's prefill runs: ``route() -> True`` = remote Prefill
-    worker, ``False`` = the local prefill worker on the encode GPU."""
+    """Where the next request's prefill runs: ``route(request, workers) -> True`` =
+    remote Prefill worker, ``False`` = the local prefill worker on the encode GPU.
 
-    def route(self) -> bool: ...
+    ``workers`` is a read-only view of the prefill workers' state at the decision
+    (:class:`lmmsim.engine.disaggregation.PrefillLoads`: ``remote_loads``, one
+    outstanding-work count per remote worker, and ``local_load``); EAServe's routers
+    decide by count alone and ignore both."""
+
+    def route(self, request=None, workers=None) -> bool: ...
 
     @property
     def remote_fraction(self) -> float:
@@ -133,7 +138,7 @@ class _CountingRouter(ABC):
     def _decide(self) -> bool:
         """The next decision (True = remote)."""
 
-    def route(self) -> bool:
+    def route(self, request=None, workers=None) -> bool:
         remote = self._decide()
         if remote:
             self._remote += 1

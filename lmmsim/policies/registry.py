@@ -8,12 +8,12 @@ implementation constructed from that config.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Annotated, Any, Callable, Union
 
 from pydantic import Field
 
 from lmmsim.errors import choices
+from lmmsim.plugins import load_group
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,12 @@ class _Entry:
 
 
 _REGISTRY: dict[str, dict[str, _Entry]] = {}
-_plugins_loaded = False
+_version = 0  # bumped by every registration: config unions built before it are rebuilt
+
+
+def registry_version() -> int:
+    _load_plugins()
+    return _version
 
 
 def register(role: str, config_cls: type, summary: str = ""):
@@ -38,19 +43,17 @@ def register(role: str, config_cls: type, summary: str = ""):
         table = _REGISTRY.setdefault(role, {})
         if kind in table:
             raise ValueError(f"{role} policy {kind!r} registered twice")
-        table[kind] = _Entry(config_cls, impl, summary or (impl.__doc__ or "").strip().splitlines()[0])
+        global _version
+        doc = (impl.__doc__ or config_cls.__doc__ or "").strip()
+        table[kind] = _Entry(config_cls, impl, summary or (doc.splitlines()[0] if doc else kind))
+        _version += 1
         return impl
 
     return deco
 
 
 def _load_plugins() -> None:
-    global _plugins_loaded
-    if _plugins_loaded:
-        return
-    _plugins_loaded = True
-    for ep in entry_points(group="lmmsim.policies"):
-        ep.load()
+    load_group("lmmsim.policies")
 
 
 def _table(role: str) -> dict[str, _Entry]:

@@ -10,13 +10,21 @@ fewer requests. One module per paper lists its figures.
 
 from __future__ import annotations
 
-from lmmsim.reproduce import easerve, rps, rserve
-from lmmsim.reproduce.core import Claim, Figure, reproduce
+from pathlib import Path
+
+from lmmsim.reproduce import core, easerve, rps, rserve
+from lmmsim.reproduce.core import Claim, Figure
 
 PAPERS: dict[str, tuple[Figure, ...]] = {
     "rps": rps.FIGURES,
     "rserve": rserve.FIGURES,
     "easerve": easerve.FIGURES,
 }
+
+
+def reproduce(paper: str, out: Path, **options) -> Path:
+    """:func:`lmmsim.reproduce.core.reproduce` over :data:`PAPERS` (the figures live
+    in the paper modules, which import the core: the core does not import them)."""
+    return core.reproduce(paper, out, papers=PAPERS, **options)
 
 __all__ = ["PAPERS", "Claim", "Figure", "reproduce"]

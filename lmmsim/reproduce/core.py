@@ -78,18 +78,17 @@ class Figure:
     make: Callable[[Path, Path, bool, int | None], None] | None = None
 
 
-def reproduce(paper: str, out: Path, *, quick: bool = False, jobs: int | None = None, force: bool = False,
-              figures: list[str] | None = None) -> Path:
+def reproduce(paper: str, out: Path, *, papers: dict, quick: bool = False, jobs: int | None = None,
+              force: bool = False, figures: list[str] | None = None) -> Path:
     """Run the paper's figure sweeps into ``out``, draw the plots, write ``REPORT.md``
-    (``figures``: only these, by name)."""
+    (``papers``: paper -> its figures, :data:`lmmsim.reproduce.PAPERS`; ``figures``:
+    only these, by name)."""
     from lmmsim.plotting.figures import plot
     from lmmsim.sweep.runner import run_sweep
 
-    from lmmsim.reproduce import PAPERS
-
-    if paper not in PAPERS:
-        raise UserError("PAPER", f"no reproduction for {paper!r} yet; valid: {choices(PAPERS)}")
-    chosen = PAPERS[paper]
+    if paper not in papers:
+        raise UserError("PAPER", f"no reproduction for {paper!r} yet; valid: {choices(papers)}")
+    chosen = papers[paper]
     if figures:
         names = [f.name for f in chosen]
         unknown = [f for f in figures if f not in names]

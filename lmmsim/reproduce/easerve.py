@@ -7,14 +7,14 @@ HydraInfer columns of Table 5 (no such systems in the catalog).
 
 from __future__ import annotations
 
-import pandas as pd
-
 from pathlib import Path
 
-from lmmsim.outputs import atomic_path
-from lmmsim.easerve.has import TIE_TOLERANCE
+import pandas as pd
+
 from lmmsim.metrics.goodput import tiered_goodput
+from lmmsim.outputs import atomic_path
 from lmmsim.reproduce.core import Claim, Figure, with_overrides
+from lmmsim.search.trials import TIE_TOLERANCE
 
 RATE = "workload.arrival.rate"
 TPUT = "throughput.requests_per_s"
@@ -220,18 +220,18 @@ def _run_searches(spec: Path, folder: Path, quick: bool, jobs: int | None) -> No
     budget from the file); one row per trial with the best throughput so far."""
     import yaml
 
-    from lmmsim.easerve import has
+    from lmmsim import search
 
     cfg = yaml.safe_load(spec.read_text())
     scenario = spec.parent / cfg["scenario"]
     rows = []
     for method in cfg.get("methods", SEARCH_METHODS):
-        raw, scn, base_dir = has.read_raw(scenario, [])
-        problem = has.Problem(raw, scn, base_dir, rate=cfg["rate"],
-                              trial_requests=100 if quick else cfg.get("trial_requests", 200))
-        result = has.search(problem, method=method, budget=cfg.get("budget", 30), jobs=jobs or 1, seed=0,
-                            min_trials=cfg.get("budget", 30),
-                            coordinate_start=cfg.get("coordinate_start", "scenario"))  # the full budget: the curve, not the stop
+        raw, scn, base_dir = search.read_raw(scenario, [])
+        problem = search.Problem(raw, scn, base_dir, rate=cfg["rate"],
+                                 trial_requests=100 if quick else cfg.get("trial_requests", 200))
+        result = search.search(problem, method=method, budget=cfg.get("budget", 30), jobs=jobs or 1, seed=0,
+                               min_trials=cfg.get("budget", 30),
+                               coordinate_start=cfg.get("coordinate_start", "scenario"))  # the full budget: the curve, not the stop
         best = -1.0
         for trial in result.history:
             tput = trial.get("throughput_rps")

@@ -49,8 +49,9 @@ def _cache_key(scn, base_dir: Path) -> str:
     return json.dumps(raw, sort_keys=True)
 
 
-def admission_model(scn, base_dir: Path) -> AdmissionModel:
-    """Profile, fit and build the classifier of an ``rps`` queue (cached)."""
+def admission_model(scn, base_dir: Path, simulate) -> AdmissionModel:
+    """Profile, fit and build the classifier of an ``rps`` queue (cached); ``simulate``
+    runs the profiling simulations (:func:`lmmsim.rps.profiler.run_isolated`)."""
     cfg = scn.policy.queue
     key = _cache_key(scn, base_dir)
     hit = _CACHE.get(key)
@@ -59,7 +60,7 @@ def admission_model(scn, base_dir: Path) -> AdmissionModel:
     if cfg.classifier == "naive" and cfg.profile is None:
         model = AdmissionModel(classify=_naive(), report={"classifier": "naive"})
     else:
-        model = _fitted(scn, base_dir)
+        model = _fitted(scn, base_dir, simulate)
     _CACHE[key] = model
     return model
 
@@ -72,7 +73,7 @@ def _naive():
     return lambda request: by_modality(request.modality)
 
 
-def _fitted(scn, base_dir: Path) -> AdmissionModel:
+def _fitted(scn, base_dir: Path, simulate) -> AdmissionModel:
     from lmmsim.rps.classifier import RequestClassifier
     from lmmsim.rps.estimator import ImpactEstimator
     from lmmsim.rps.profiler import profile_isolated, read_measured
@@ -82,7 +83,7 @@ def _fitted(scn, base_dir: Path) -> AdmissionModel:
         profile = read_measured(Path(base_dir) / cfg.profile)
         source = f"measured runs from {cfg.profile}"
     else:
-        profile = profile_isolated(scn, base_dir, num_requests=cfg.profile_requests)
+        profile = profile_isolated(scn, base_dir, simulate=simulate, num_requests=cfg.profile_requests)
         source = f"{len(profile)} isolated simulated runs"
         if profile.empty:  # nothing to learn from: say why instead of failing inside the fit
             refused, stuck = profile.attrs.get("rejected", []), profile.attrs.get("unfinished", [])

@@ -107,22 +107,22 @@ def _spaced(requests: list[Request], spacing_s: float) -> list[Request]:
             for i, r in enumerate(requests)]
 
 
-def run_isolated(scn, base_dir, requests: list[Request], *, spacing_s: float = START_SPACING_S):
+def run_isolated(scn, base_dir, requests: list[Request], *, simulate, spacing_s: float = START_SPACING_S):
     """Run ``requests`` one at a time through the scenario's deployment.
 
+    ``simulate(scn, base_dir, requests) -> (seqs, rejected)`` runs a scenario on
+    given requests (:func:`lmmsim.build.simulate_requests`); it is passed in so
+    that this policy package never imports the builder that prepares it.
     Returns ``(seqs, rejected, spacing_s)``: the engine states in request
     order, the ids refused for length, and the spacing that achieved
     isolation. Raises ``RuntimeError`` if no spacing up to
     ``spacing_s * 2**MAX_DOUBLINGS`` isolates the requests.
     """
-    from lmmsim.build import build
-
     prof = _profiling_scenario(scn, max(1, len(requests)))
     for _ in range(MAX_DOUBLINGS + 1):
-        built = build(prof, Path(base_dir), requests=_spaced(requests, spacing_s))
-        seqs = built.simulation.run().seqs
-        if _isolated(seqs, built.rejected):
-            return seqs, built.rejected, spacing_s
+        seqs, rejected = simulate(prof, Path(base_dir), _spaced(requests, spacing_s))
+        if _isolated(seqs, rejected):
+            return seqs, rejected, spacing_s
         spacing_s *= 2.0
     raise RuntimeError(f"profiling requests still overlap with {spacing_s / 2:g} s between arrivals")
 
@@ -141,14 +141,15 @@ def _isolated(seqs, rejected) -> bool:
     return True
 
 
-def profile_isolated(scn, base_dir, *, num_requests: int = 240, seed_offset: int = 7919) -> pd.DataFrame:
+def profile_isolated(scn, base_dir, *, simulate, num_requests: int = 240, seed_offset: int = 7919) -> pd.DataFrame:
     """Profile the scenario's request mix in isolation (see the module docstring).
 
-    ``scn``/``base_dir`` as returned by :func:`lmmsim.scenario.load_scenario`.
+    ``scn``/``base_dir`` as returned by :func:`lmmsim.scenario.load_scenario`;
+    ``simulate`` as in :func:`run_isolated`.
     Deterministic: the same scenario and arguments give the same table.
     """
     requests = profiling_requests(scn, base_dir, num_requests=num_requests, seed_offset=seed_offset)
-    seqs, rejected, spacing = run_isolated(scn, base_dir, requests)
+    seqs, rejected, spacing = run_isolated(scn, base_dir, requests, simulate=simulate)
     rows = []
     unfinished = []
     for s in seqs:

@@ -3,7 +3,9 @@
 The worker function :func:`run_one` takes plain data (the resolved scenario
 YAML text and paths) and returns a small status dict; it writes the run
 contract into its run dir itself, so nothing large travels back. With dask,
-``out`` must be on a filesystem every worker sees.
+``out`` must be on a filesystem every worker sees. The executor names
+(:func:`check_executor`) and :func:`dask_client` are shared with ``lmmsim
+search`` (:mod:`lmmsim.search.evaluator`), whose trials need no run dir.
 """
 
 from __future__ import annotations
@@ -25,6 +27,13 @@ from lmmsim.outputs import write_text_atomic
 
 DONE = "done.json"
 ERROR = "error.json"
+EXECUTORS = ("local", "dask")
+
+
+def check_executor(executor: str) -> None:
+    """A user error unless ``executor`` is one of :data:`EXECUTORS` (also `lmmsim search`'s)."""
+    if executor not in EXECUTORS:
+        raise UserError("--executor", f"unknown executor {executor!r}; valid: 'dask', 'local'")
 
 
 def write_json_atomic(path: Path, data) -> None:
@@ -84,8 +93,7 @@ def execute(tasks: list[dict], *, executor: str = "local", jobs: int | None = No
     """Run ``tasks`` with ``run_one``; ``on_start()`` once every task is submitted (worker
     processes are forked by then, so a progress thread started there is not inherited),
     ``on_done(status)`` after each. Returns the statuses."""
-    if executor not in ("local", "dask"):
-        raise UserError("--executor", f"unknown executor {executor!r}; valid: 'dask', 'local'")
+    check_executor(executor)
     if not tasks:
         on_start()
         return []

@@ -1,0 +1,87 @@
+"""What a topology assembler needs, planned before the simulation starts, and the engine factory."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from lmmsim import catalog, policies
+from lmmsim.engine.kv_cache import BlockPool
+from lmmsim.engine.pipeline import PipelineEngine
+from lmmsim.engine.replica import Replica
+from lmmsim.engine.steplog import StepLog, StepRecord
+from lmmsim.placement import MemoryPlan
+
+
+def worker_name(pool: str, index: int, monolithic: bool) -> str:
+    return f"{'replica' if monolithic else pool}{index}"
+
+
+@dataclass
+class Parts:
+    """A planned deployment: everything but the SimPy objects, which exist per run."""
+
+    scn: object
+    model: catalog.ModelSpec
+    link: catalog.LinkSpec
+    pools: dict  # pool name -> pool config (with local_prefill when EAServe adds it)
+    placement: dict[str, list[tuple[int, ...]]]
+    shared: dict  # GPU id -> [(pool, worker)] holding it
+    sharing: object  # the deployment's gpu_sharing config, or None
+    predictor: object
+    costs: dict  # pool name -> step cost model
+    memory: dict[str, MemoryPlan]
+    encoder_budget: int
+    queue_ctx: dict = field(default_factory=dict)  # what the prepare phase computed for the queue policy
+    sm_table: object = None  # EAServe's SM table (prepared), or None
+    log: StepLog | None = None
+
+    @property
+    def monolithic(self) -> bool:
+        return self.scn.deployment.kind == "monolithic"
+
+    @property
+    def hidden_bytes(self) -> int:
+        return self.model.llm.hidden_size * catalog.BYTES_PER_PARAM_BF16
+
+    def log_transfer(self, name, start_at, end_at, num_bytes, tag) -> None:
+        self.log.append(StepRecord(f"link:{name}", start_at, end_at, "transfer", (tag,) if tag is not None else (),
+                                   0, 1))
+
+    @property
+    def on_transfer(self):
+        return self.log_transfer if self.log is not None else None
+
+
+def make_engine(parts: Parts, colocation, env, pool_name: str, index: int, on_finish, barrier_at, *, media,
+                prefill_only=False, on_handoff=None, on_batch=None, fast_forward=False):
+    """One LLM worker of ``pool_name``: a replica, or a pipeline of ``pp`` stages."""
+    scn, pool = parts.scn, parts.pools[pool_name]
+    batching = scn.policy.batching
+    ids = parts.placement[pool_name][index]
+    name = worker_name(pool_name, index, parts.monolithic)
+    queue = policies.create("queue", scn.policy.queue, **parts.queue_ctx)
+    choice = policies.create("batching", batching, queue=queue)  # scheduler by kind and queue capabilities
+    scheduler = choice.cls(
+        queue=queue,
+        pool=BlockPool(parts.memory[pool_name].num_blocks, scn.deployment.block_size),
+        token_budget=batching.token_budget,
+        max_running=batching.max_running,
+        encoder_budget=parts.encoder_budget,
+        num_slots=pool.pp,
+        media=media,
+        prefill_only=prefill_only,
+        prefill_throttle=(batching.min_prefill_tokens, batching.token_budget) if choice.throttled else None,
+        **choice.extra,
+    )
+    cost = parts.costs[pool_name]
+    if pool.pp == 1:
+        return Replica(env, index, scheduler, cost, ids, on_finish, barrier_at, fast_forward=fast_forward,
+                       step_log=parts.log, name=name, on_handoff=on_handoff, on_batch=on_batch,
+                       run=colocation.runner(name, ids))
+    stage_ids = [ids[s * pool.tp:(s + 1) * pool.tp] for s in range(pool.pp)]
+    hidden_bytes, p2p_s = parts.hidden_bytes, parts.predictor.p2p_s
+    return PipelineEngine(env, index, name, scheduler, cost, pool.pp, stage_ids,
+                          lambda tokens: p2p_s(tokens * hidden_bytes), on_finish,
+                          chunk_pipelining=pool.chunk_pipelining, on_handoff=on_handoff,
+                          step_log=parts.log, on_batch=on_batch,
+                          stage_runs=[colocation.runner(f"{name}/stage{k}", st) for k, st in enumerate(stage_ids)])
