@@ -101,3 +101,17 @@ def test_build_is_a_short_pipeline_without_paper_specific_branches():
     assert not [n for f in functions for n in ast.walk(f) if isinstance(n, ast.FunctionDef) and n is not f]
     source = (PACKAGE / "build.py").read_text()
     assert '"rps"' not in source and "sm_partitioning" not in source and "schedulable_tokens" not in source
+
+
+def test_modules_and_functions_stay_readable():
+    """No module over 600 lines and no function over 80 (DEVELOPERS.md: one module, one
+    concept; no function that needs a scroll bar)."""
+    long_files, long_functions = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        if text.count("\n") > 600:
+            long_files.append(str(path.relative_to(PACKAGE)))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 80:
+                long_functions.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}")
+    assert long_files == [] and long_functions == []

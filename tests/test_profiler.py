@@ -17,6 +17,7 @@ from lmmsim.catalog import get_gpu, get_model  # noqa: E402
 from lmmsim.costmodel.composed import ComposedStepCostModel  # noqa: E402
 from lmmsim.costmodel.opdata import SHAPE_COLUMNS, TIME_COLUMNS, read_class, read_meta  # noqa: E402
 from lmmsim.costmodel.roofline import RooflinePredictor  # noqa: E402
+from lmmsim.profiler import children, planning  # noqa: E402
 from lmmsim.profiler import grid as G  # noqa: E402
 from lmmsim.profiler import run as R  # noqa: E402
 from lmmsim.profiler.reference import TinyDecoder, TinyViT, time_forward  # noqa: E402
@@ -91,7 +92,7 @@ def test_max_minutes_thins_rows_and_keeps_endpoints(tmp_path, monkeypatch, quick
     # Make the plan deterministic: every shape is predicted to take 50 ms, and the
     # profiler's own clock (deadline, budget) advances 1 us per reading, so how long
     # the real probes take on a busy host cannot change what is thinned.
-    monkeypatch.setattr(R._Planner, "wall_s", lambda self, c: 0.05)
+    monkeypatch.setattr(planning.Planner, "wall_s", lambda self, c: 0.05)
     monkeypatch.setattr(R, "WRITE_RESERVE_S", 0.0)
     ticks = itertools.count()
     monkeypatch.setattr(R, "time", types.SimpleNamespace(monotonic=lambda: next(ticks) * 1e-6))
@@ -173,8 +174,8 @@ def test_cli_main(tmp_path, capsys):
 
 def test_collective_sweep_runs_over_processes():
     # The multi-GPU path (spawned ranks, MAX over ranks, rank 0 writes) exercised with gloo on the CPU.
-    ar, p2p, note = R._collectives(2, R.timing.policy_for("cpu", quick=True), None, backend="gloo",
-                                   sizes=[1024, 1 << 16])
+    ar, p2p, note = children.collectives(2, R.timing.policy_for("cpu", quick=True), None, backend="gloo",
+                                        sizes=[1024, 1 << 16])
     assert [r["num_bytes"] for r in ar] == [1024, 1 << 16] and all(r["world"] == 2 for r in ar)
     assert len(p2p) == 2 and all(r["time_ms_p10"] <= r["time_ms"] <= r["time_ms_p90"] for r in ar + p2p)
     assert "measured (gloo)" in note

@@ -6,7 +6,8 @@ values under their dotted scenario keys, ``repeat``, ``seed``, ``run_id``,
 ``DIR/runs/<run_id>/`` (``requests.parquet``, ``summary.json``, maybe
 ``trace.json``). :func:`plot` draws one figure kind from it; :data:`KINDS` lists
 the kinds. :func:`make_figure` builds the same figure from a frame without
-saving it (tests inspect its axes).
+saving it (tests inspect its axes). Reading the results and choosing rows
+(``where``, failed runs) live in :mod:`lmmsim.plotting.results`.
 
 Conventions shared by every kind:
 
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +42,13 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from lmmsim.errors import UserError, choices
+from lmmsim.plotting.results import (
+    FAILED_STATUSES,
+    filter_rows,
+    load_results,
+    require,
+    usable,
+)
 from lmmsim.plotting.style import (
     modality_color,
     new_figure,
@@ -52,7 +60,6 @@ from lmmsim.plotting.style import (
 DEFAULT_X = "workload.arrival.rate"
 DEFAULT_SERIES = "system"
 STATS = ("mean", "p50", "p90", "p95", "p99", "max")
-FAILED_STATUSES = frozenset({"failed", "error", "errored", "crashed"})
 
 #: Plot kind -> one-line description.
 KINDS: dict[str, str] = {
@@ -95,90 +102,13 @@ _THROUGHPUT_METRICS = {
 }
 
 
-# --------------------------------------------------------------------------- loading and selecting
-
-
-def load_results(results: Path) -> pd.DataFrame:
-    """Read a sweep's results (its folder or its ``results.parquet``).
-
-    ``frame.attrs["root"]`` is the sweep folder (where ``runs/<run_id>/`` live).
-    """
-    results = Path(results)
-    path = results / "results.parquet" if results.is_dir() else results
-    if not path.exists():
-        raise UserError("RESULTS", f"{path} not found; give a sweep folder or its results.parquet")
-    try:
-        frame = pd.read_parquet(path)
-    except Exception as err:
-        raise UserError("RESULTS", f"cannot read {path}: {err}") from err
-    frame.attrs["root"] = str(path.parent)
-    return frame
-
-
-def _require(frame: pd.DataFrame, *columns: str) -> None:
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise UserError(
-            "RESULTS",
-            f"no column {missing[0]!r} in the results; columns: {choices(map(str, frame.columns))}",
-        )
-
-
-def _parse_where(where) -> list[tuple[str, str]]:
-    if where is None:
-        return []
-    if isinstance(where, Mapping):
-        return [(str(k), str(v)) for k, v in where.items()]
-    if isinstance(where, str):
-        where = [where]
-    out = []
-    for item in where:
-        if "=" not in item:
-            raise UserError("--where", f"expected key=value, got {item!r}")
-        key, value = item.split("=", 1)
-        out.append((key.strip(), value.strip()))
-    return out
-
-
-def filter_rows(frame: pd.DataFrame, where=None) -> pd.DataFrame:
-    """Rows matching every ``key=value`` of ``where`` (numeric columns compare numerically)."""
-    keep = pd.Series(True, index=frame.index)
-    for key, value in _parse_where(where):
-        _require(frame, key)
-        col = frame[key]
-        if pd.api.types.is_bool_dtype(col):
-            keep &= col.astype(str).str.lower() == value.lower()
-        elif pd.api.types.is_numeric_dtype(col):
-            try:
-                target = float(value)
-            except ValueError:
-                raise UserError("--where", f"{key} is numeric; cannot compare it with {value!r}") from None
-            keep &= np.isclose(col.astype(float), target, rtol=1e-9, atol=0.0)
-        else:
-            keep &= col.astype(str) == value
-    out = frame[keep]
-    if out.empty:
-        raise UserError("--where", f"no results row matches {dict(_parse_where(where))}")
-    return out
-
-
-def _usable(frame: pd.DataFrame, *metrics: str) -> pd.DataFrame:
-    """Drop failed runs and rows missing one of ``metrics``."""
-    if "status" in frame.columns:
-        frame = frame[~frame["status"].astype(str).str.lower().isin(FAILED_STATUSES)]
-    frame = frame.dropna(subset=list(metrics))
-    if frame.empty:
-        raise UserError("RESULTS", f"no successful run has a value for {', '.join(metrics)}")
-    return frame
-
-
 def _with_series(frame: pd.DataFrame, series: str) -> pd.DataFrame:
     if series not in frame.columns:
         if series == DEFAULT_SERIES:
             frame = frame.copy()
             frame[series] = "all"
             return frame
-        _require(frame, series)
+        require(frame, series)
     return frame
 
 
@@ -245,8 +175,8 @@ def _new_fig() -> tuple[Figure, object]:
 
 def _lines(frame: pd.DataFrame, x: str, series: str, metric: str, *, ylabel: str | None = None,
            log_y: bool = False, title: str | None = None) -> Figure:
-    _require(frame, x, metric)
-    frame = _usable(_with_series(frame, series), x, metric)
+    require(frame, x, metric)
+    frame = usable(_with_series(frame, series), x, metric)
     scale = _scale(metric)
     fig, ax = _new_fig()
     order = _series_order(frame, series)
@@ -321,8 +251,8 @@ def _pareto(frame, x, series, *, stat="mean", normalize="x", baseline=None, **_)
     _option("normalize", normalize, ("x", "overall", "none"))
     metric = f"normalized_latency_s_per_token.{stat}"
     need = [metric, "gpu_utilization.mean"] + ([x] if normalize == "x" else [])
-    _require(frame, *need)
-    frame = _usable(_with_series(frame, series), *need).copy()
+    require(frame, *need)
+    frame = usable(_with_series(frame, series), *need).copy()
     order = _series_order(frame, series)
     if baseline is None:
         baseline = order[0]
@@ -370,7 +300,7 @@ def _pareto(frame, x, series, *, stat="mean", normalize="x", baseline=None, **_)
 
 
 def _run_dirs(frame: pd.DataFrame, root: Path | None) -> list[tuple[object, Path]]:
-    _require(frame, "run_id")
+    require(frame, "run_id")
     if root is None:
         raise UserError("RESULTS", "this kind reads the run folders; give the sweep folder or its results.parquet")
     out = []
@@ -453,7 +383,7 @@ def busy_fraction(steps: pd.DataFrame, bins: int = 50, *, exclude_links: bool = 
 
 def _utilization(frame, x, series, *, root=None, run_id=None, bins=50, **_):
     if run_id is not None:
-        _require(frame, "run_id")
+        require(frame, "run_id")
         frame = frame[frame["run_id"].astype(str) == str(run_id)]
         if frame.empty:
             raise UserError("run_id", f"no run {run_id!r} in the results")
@@ -500,10 +430,10 @@ def _utilization(frame, x, series, *, root=None, run_id=None, bins=50, **_):
 
 def _bars(frame, x, series, *, metric="ttft_s.mean", group=None, **_):
     """One bar per series (mean ± std over its rows); with ``group`` (a column), grouped bars per value."""
-    _require(frame, metric)
+    require(frame, metric)
     if group is not None:
-        _require(frame, group)
-    frame = _usable(_with_series(frame, series), metric)
+        require(frame, group)
+    frame = usable(_with_series(frame, series), metric)
     scale = _scale(metric)
     order = _series_order(frame, series)
     groups = sorted(pd.unique(frame[group])) if group is not None else [None]

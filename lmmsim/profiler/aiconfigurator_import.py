@@ -387,88 +387,165 @@ def import_aiconfigurator(out: Path, *, gpu: str, backend: str = "vllm", version
         raise UserError("--backend", f"unknown backend {backend!r}; choose from {choices(BACKENDS)}")
     _check_backend(gpu_dir, backend)
     version = _compute_version(gpu_dir, backend, version)
+    wanted = _wanted_classes(classes)
+    base, base_meta = _open_base(base, append)
+
+    tables = _Tables(root, gpu_dir, backend, version)
+    frames, kernels, comm = _read_frames(tables, wanted, kernel, DEFAULT_KERNELS.get(folder, {}),
+                                         folder in PCIE_ONLY)
+    counts, appended = _write_frames(out, frames, base, append)
+    if not counts:
+        raise UserError(str(gpu_dir), f"nothing to import for {', '.join(wanted)} from {backend} {version} "
+                                      "(no table, or every row left out: see the bf16 / window rules)")
+    copied = _copy_base_classes(out, base, counts)
+    notes = tables.notes + _notes(folder, counts, appended, copied, base)
+    meta = {
+        "source": f"NVIDIA aiconfigurator measured operator tables ({PACKAGE} {package_version or 'unknown version'}, "
+                  f"{LICENCE})",
+        "package": {"name": PACKAGE, "version": package_version, "licence": LICENCE},
+        "data_root": None if package_version else str(root),
+        "backend": backend,
+        "backend_version": version,
+        "runtime_versions": sorted({f"{r.get('framework', '?')} {r.get('version', '?')}"
+                                    for r in tables.sources.values() if r}),
+        "gpu": folder,
+        "device": ", ".join(sorted(tables.devices)) or folder,
+        "hardware": _CATALOG_NAMES.get(folder) or (base_meta or {}).get("hardware"),
+        "dtype": "bfloat16",
+        "kernels": kernels,
+        "collectives": comm,
+        "source_files": sorted(tables.sources),
+        "imported_by": "lmmsim import-aiconfigurator",
+        "command": command,
+        "date": _dt.date.today().isoformat(),
+        "rows": {**counts, **{c: "from base" for c in copied}},
+        "dropped_rows": tables.dropped.counts,
+        "notes": notes,
+    }
+    if base_meta is not None:
+        meta["base"] = {"path": str(base), "classes": copied, "appended_rows": appended, "meta": base_meta}
+    opdata.write_meta(out, meta)
+    return counts
+
+
+def _wanted_classes(classes) -> tuple[str, ...]:
     wanted = tuple(CLASSES if classes is None else classes)
     unknown = [c for c in wanted if c not in CLASSES]
     if unknown or not wanted:
         raise UserError("--classes", f"unknown class(es) {', '.join(unknown) or '(none given)'}; "
                                      f"choose from {choices(CLASSES)}")
-    base_meta = None
+    return wanted
+
+
+def _open_base(base: Path | None, append: bool) -> tuple[Path | None, dict | None]:
+    """``base`` as a Path and its meta.json (None, None without one); checks ``append`` has one."""
     if append and base is None:
         raise UserError("--append", "needs --base (the profile whose rows to keep)")
-    if base is not None:
-        base = Path(base)
-        if not base.is_dir():
-            raise UserError("--base", f"{base} is not a profile folder")
-        base_meta = opdata.read_meta(base)
+    if base is None:
+        return None, None
+    base = Path(base)
+    if not base.is_dir():
+        raise UserError("--base", f"{base} is not a profile folder")
+    return base, opdata.read_meta(base)
 
-    dropped = _Dropped()
-    sources: dict[str, dict] = {}  # relative path -> collection_meta runtime
-    kernels: dict[str, str] = {}
-    devices: set[str] = set()
-    notes: list[str] = []
-    defaults = DEFAULT_KERNELS.get(folder, {})
 
-    def table(op: str, name: str, required: tuple[str, ...], ver: str | None = None, store: str | None = None):
-        path = gpu_dir / op / (store or backend) / (ver or version) / f"{name}.parquet"
+class _Tables:
+    """One GPU's tables of one backend version, and what was read of them: the source files (with their
+    collection_meta runtime), the devices named, rows dropped and notes on missing tables."""
+
+    def __init__(self, root: Path, gpu_dir: Path, backend: str, version: str):
+        self.root, self.gpu_dir, self.backend, self.version = root, gpu_dir, backend, version
+        self.dropped = _Dropped()
+        self.sources: dict[str, dict] = {}  # relative path -> collection_meta runtime
+        self.devices: set[str] = set()
+        self.notes: list[str] = []
+
+    def read(self, op: str, name: str, required: tuple[str, ...], ver: str | None = None,
+             store: str | None = None) -> tuple[pd.DataFrame | None, str | None]:
+        """``(table, path relative to the root)``, or ``(None, None)`` when the file does not exist."""
+        path = self.gpu_dir / op / (store or self.backend) / (ver or self.version) / f"{name}.parquet"
         if not path.exists():
             return None, None
-        rel = path.relative_to(root).as_posix()
+        rel = path.relative_to(self.root).as_posix()
         df = _read_parquet(path, required)
-        sources[rel] = _read_meta_yaml(path).get("runtime", {})
+        self.sources[rel] = _read_meta_yaml(path).get("runtime", {})
         if "device" in df.columns and len(df):
-            devices.update(map(str, df["device"].dropna().unique()))
+            self.devices.update(map(str, df["device"].dropna().unique()))
         return df, rel
 
-    frames: dict[str, list[pd.DataFrame]] = {}
-    if "gemm" in wanted:
-        df, rel = table("gemm", "gemm_perf", ("m", "n", "k", "gemm_dtype", "kernel_source", "latency"))
-        if df is None:
-            notes.append(f"no gemm/{backend}/{version}/gemm_perf.parquet: no gemm rows")
-        else:
-            frames["gemm"] = [_gemm(df, rel, dropped)]
-    head_cols = ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "attn_dtype",
-                 "kernel_source", "latency")
-    if "attention_prefill" in wanted:
-        df, rel = table("attention", "context_attention_perf", head_cols)
-        if df is not None:
-            df = _attention_filter(df, rel, dropped)
-            df, kernels["context"] = _pick_kernel(df, rel, kernel, defaults.get("context"), dropped)
-            frames.setdefault("attention_prefill", []).append(_context(df, rel, kernels["context"], dropped))
-        else:
-            notes.append(f"no attention/{backend}/{version}/context_attention_perf.parquet: no causal prefill rows")
-        df, rel = table("encoder_attention", "encoder_attention_perf",
-                        ("batch_size", "isl", "num_heads", "head_dim", "attn_dtype", "kernel_source", "latency"))
-        if df is not None:
-            df = _attention_filter(df, rel, dropped)
-            kernels["encoder"] = ", ".join(sorted(df["kernel_source"].astype(str).unique()))
-            frames.setdefault("attention_prefill", []).append(_encoder(df, rel, dropped))
-        else:
-            notes.append(f"no encoder_attention/{backend}/{version} table: no non-causal (ViT) prefill rows")
-    if "attention_decode" in wanted:
-        df, rel = table("attention", "generation_attention_perf", (*head_cols, "step"))
-        if df is not None:
-            df = _attention_filter(df, rel, dropped)
-            df, kernels["generation"] = _pick_kernel(df, rel, kernel, defaults.get("generation"), dropped)
-            frames["attention_decode"] = [_generation(df, rel, kernels["generation"], dropped)]
-        else:
-            notes.append(f"no attention/{backend}/{version}/generation_attention_perf.parquet: no decode rows")
-    comm = {}
-    if "allreduce" in wanted:
-        cv = _comm_version(gpu_dir / "comm" / backend, version)
-        custom, custom_rel = table("comm", "custom_allreduce_perf",
-                                   ("kernel_source", "num_gpus", "message_size", "latency"), ver=cv) if cv else (None, None)
-        nccl, nccl_rel = None, None
-        for nv in reversed(_versions(gpu_dir / "comm" / "nccl")):  # newest table that holds all-reduce rows
-            path = gpu_dir / "comm" / "nccl" / nv / "nccl_perf.parquet"
-            if path.exists() and (_read_parquet(path, ("op_name",))["op_name"] == "all_reduce").any():
-                nccl, nccl_rel = table("comm", "nccl_perf", ("op_name", "nccl_dtype", "num_gpus", "message_size",
-                                                             "latency"), ver=nv, store="nccl")
-                break
-        rows = _allreduce(custom, custom_rel, nccl, nccl_rel, folder in PCIE_ONLY, dropped)
-        if len(rows):
-            frames["allreduce"] = [rows]
-        comm = {"custom_allreduce": custom_rel, "nccl": nccl_rel}
 
+_HEAD_COLS = ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "attn_dtype",
+              "kernel_source", "latency")
+
+
+def _read_frames(t: _Tables, wanted: tuple[str, ...], kernel: str | None, defaults: dict[str, str],
+                 pcie_only: bool) -> tuple[dict[str, list[pd.DataFrame]], dict[str, str], dict]:
+    """``(frames per class, attention kernel per table, collective tables)`` of the ``wanted`` classes."""
+    frames: dict[str, list[pd.DataFrame]] = {}
+    kernels: dict[str, str] = {}
+    comm = {}
+    if "gemm" in wanted:
+        df, rel = t.read("gemm", "gemm_perf", ("m", "n", "k", "gemm_dtype", "kernel_source", "latency"))
+        if df is None:
+            t.notes.append(f"no gemm/{t.backend}/{t.version}/gemm_perf.parquet: no gemm rows")
+        else:
+            frames["gemm"] = [_gemm(df, rel, t.dropped)]
+    if "attention_prefill" in wanted:
+        _read_prefill(t, kernel, defaults, frames, kernels)
+    if "attention_decode" in wanted:
+        df, rel = t.read("attention", "generation_attention_perf", (*_HEAD_COLS, "step"))
+        if df is not None:
+            df = _attention_filter(df, rel, t.dropped)
+            df, kernels["generation"] = _pick_kernel(df, rel, kernel, defaults.get("generation"), t.dropped)
+            frames["attention_decode"] = [_generation(df, rel, kernels["generation"], t.dropped)]
+        else:
+            t.notes.append(f"no attention/{t.backend}/{t.version}/generation_attention_perf.parquet: no decode rows")
+    if "allreduce" in wanted:
+        comm = _read_allreduce(t, pcie_only, frames)
+    return frames, kernels, comm
+
+
+def _read_prefill(t: _Tables, kernel: str | None, defaults: dict[str, str], frames: dict, kernels: dict) -> None:
+    """attention_prefill rows: the causal context table, then the non-causal encoder (ViT) table."""
+    df, rel = t.read("attention", "context_attention_perf", _HEAD_COLS)
+    if df is not None:
+        df = _attention_filter(df, rel, t.dropped)
+        df, kernels["context"] = _pick_kernel(df, rel, kernel, defaults.get("context"), t.dropped)
+        frames.setdefault("attention_prefill", []).append(_context(df, rel, kernels["context"], t.dropped))
+    else:
+        t.notes.append(f"no attention/{t.backend}/{t.version}/context_attention_perf.parquet: no causal prefill rows")
+    df, rel = t.read("encoder_attention", "encoder_attention_perf",
+                     ("batch_size", "isl", "num_heads", "head_dim", "attn_dtype", "kernel_source", "latency"))
+    if df is not None:
+        df = _attention_filter(df, rel, t.dropped)
+        kernels["encoder"] = ", ".join(sorted(df["kernel_source"].astype(str).unique()))
+        frames.setdefault("attention_prefill", []).append(_encoder(df, rel, t.dropped))
+    else:
+        t.notes.append(f"no encoder_attention/{t.backend}/{t.version} table: no non-causal (ViT) prefill rows")
+
+
+def _read_allreduce(t: _Tables, pcie_only: bool, frames: dict) -> dict:
+    """allreduce rows from the custom all-reduce and NCCL tables; returns which tables were used."""
+    gpu_dir = t.gpu_dir
+    cv = _comm_version(gpu_dir / "comm" / t.backend, t.version)
+    custom, custom_rel = t.read("comm", "custom_allreduce_perf",
+                                ("kernel_source", "num_gpus", "message_size", "latency"), ver=cv) if cv else (None, None)
+    nccl, nccl_rel = None, None
+    for nv in reversed(_versions(gpu_dir / "comm" / "nccl")):  # newest table that holds all-reduce rows
+        path = gpu_dir / "comm" / "nccl" / nv / "nccl_perf.parquet"
+        if path.exists() and (_read_parquet(path, ("op_name",))["op_name"] == "all_reduce").any():
+            nccl, nccl_rel = t.read("comm", "nccl_perf", ("op_name", "nccl_dtype", "num_gpus", "message_size",
+                                                          "latency"), ver=nv, store="nccl")
+            break
+    rows = _allreduce(custom, custom_rel, nccl, nccl_rel, pcie_only, t.dropped)
+    if len(rows):
+        frames["allreduce"] = [rows]
+    return {"custom_allreduce": custom_rel, "nccl": nccl_rel}
+
+
+def _write_frames(out: Path, frames: dict[str, list[pd.DataFrame]], base: Path | None,
+                  append: bool) -> tuple[dict[str, int], dict[str, int]]:
+    """One CSV per class with rows (base rows first with ``append``); ``(rows written, base rows kept)``."""
     counts: dict[str, int] = {}
     appended: dict[str, int] = {}
     for cls, parts in frames.items():
@@ -482,19 +559,23 @@ def import_aiconfigurator(out: Path, *, gpu: str, backend: str = "vllm", version
         df = pd.concat(parts, ignore_index=True)
         opdata.write_class(out, cls, df)
         counts[cls] = len(df)
-    if not counts:
-        raise UserError(str(gpu_dir), f"nothing to import for {', '.join(wanted)} from {backend} {version} "
-                                      "(no table, or every row left out: see the bf16 / window rules)")
-    copied = []
-    if base is not None:
-        for cls in opdata.FITTED_CLASSES:
-            src = opdata.csv_path(base, cls)
-            if cls not in counts and src.exists():
-                shutil.copyfile(src, opdata.csv_path(out, cls))
-                copied.append(cls)
+    return counts, appended
 
-    runtime_versions = sorted({f"{r.get('framework', '?')} {r.get('version', '?')}" for r in sources.values() if r})
-    notes += [
+
+def _copy_base_classes(out: Path, base: Path | None, counts: dict[str, int]) -> list[str]:
+    """Copy the base profile's fitted classes this import did not write; returns their names."""
+    if base is None:
+        return []
+    copied = [c for c in opdata.FITTED_CLASSES if c not in counts and opdata.csv_path(base, c).exists()]
+    for cls in copied:
+        shutil.copyfile(opdata.csv_path(base, cls), opdata.csv_path(out, cls))
+    return copied
+
+
+def _notes(folder: str, counts: dict[str, int], appended: dict[str, int], copied: list[str],
+           base: Path | None) -> list[str]:
+    """meta.json's notes on the conversion (after those on missing tables)."""
+    notes = [
         "times: ms of kernel latency as aiconfigurator measured it (one figure per shape: time_ms_p10/p90 empty)",
         ("attention_prefill: context rows (b, s, h, g, d) -> (new_tokens=s, context=s, num_heads=b*h, "
          "num_kv_heads=b*g, head_dim=d, causal=1); encoder rows (b, s, h, d) -> (s, s, b*h, b*h, d, causal=0); "
@@ -515,30 +596,4 @@ def import_aiconfigurator(out: Path, *, gpu: str, backend: str = "vllm", version
     missing = [c for c in opdata.FITTED_CLASSES if c not in counts and c not in copied]
     if missing:
         notes.append(f"not in this profile: {', '.join(missing)} (fit with --derive-from another GPU's fit for them)")
-
-    meta = {
-        "source": f"NVIDIA aiconfigurator measured operator tables ({PACKAGE} {package_version or 'unknown version'}, "
-                  f"{LICENCE})",
-        "package": {"name": PACKAGE, "version": package_version, "licence": LICENCE},
-        "data_root": None if package_version else str(root),
-        "backend": backend,
-        "backend_version": version,
-        "runtime_versions": runtime_versions,
-        "gpu": folder,
-        "device": ", ".join(sorted(devices)) or folder,
-        "hardware": _CATALOG_NAMES.get(folder) or (base_meta or {}).get("hardware"),
-        "dtype": "bfloat16",
-        "kernels": kernels,
-        "collectives": comm,
-        "source_files": sorted(sources),
-        "imported_by": "lmmsim import-aiconfigurator",
-        "command": command,
-        "date": _dt.date.today().isoformat(),
-        "rows": {**counts, **{c: "from base" for c in copied}},
-        "dropped_rows": dropped.counts,
-        "notes": notes,
-    }
-    if base_meta is not None:
-        meta["base"] = {"path": str(base), "classes": copied, "appended_rows": appended, "meta": base_meta}
-    opdata.write_meta(out, meta)
-    return counts
+    return notes

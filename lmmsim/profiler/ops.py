@@ -4,7 +4,8 @@ Every benchmark runs exactly the operator :mod:`lmmsim.costmodel.composed`
 charges for, at the per-GPU shape it charges (see :mod:`lmmsim.profiler.grid`
 for the shapes). The same kernel functions build the small reference models
 (:mod:`lmmsim.profiler.reference`), so a composition of profiled operators can
-be checked against a real forward pass.
+be checked against a real forward pass. The measurements that run in child
+processes (SM limits, collectives) are in :mod:`lmmsim.profiler.children`.
 
 Conventions:
 
@@ -48,10 +49,7 @@ softmax          T V 4 2                                  fp32 logits read and w
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -516,158 +514,3 @@ def build(kind: str, params: dict, pool: TensorPool):
     """``(fn, impl)`` for one shape: ``fn()`` runs the operator once."""
     pool.reset()
     return BUILDERS[kind](params, pool)
-
-
-# ======================================================== subprocess measurements
-# SM limits and collectives run in child processes: a green context or an NCCL
-# group that misbehaves (or crashes the CUDA context) cannot take the main
-# profile down with it, and NCCL needs one process per GPU anyway.
-
-def _write_json(path, data) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
-
-
-def sm_limit_worker(shapes: list[dict], fractions: list[float], device_index: int, policy: dict,
-                    out_path: str, alloc_inside: bool) -> None:
-    """Child process: time encoder layers under CUDA green contexts of a fraction of the SMs.
-
-    Each fraction's green context is made current (``set_context``) and its
-    stream used, the encoder layer timed, the context popped; fraction 1.0 runs
-    on the whole GPU. ``alloc_inside``: allocate the inputs (and the timer's
-    flush buffer) inside each green context, a fallback for drivers where the
-    primary context's memory is not usable there. Writes ``{"rows": [...],
-    "num_sms": N, "error": ...}`` to ``out_path`` after every shape.
-    Elementwise kernels run eagerly here (no compile in the child): the rows
-    are for the latency ratio to the row at fraction 1.0.
-    """
-    rows: list[dict] = []
-    state = {"rows": rows, "num_sms": None, "error": None}
-    try:
-        _sm_limit_rows(shapes, fractions, device_index, policy, alloc_inside, rows, state, out_path)
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, then re-raised
-        state["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-        _write_json(out_path, state)
-        raise
-    _write_json(out_path, state)
-
-
-def _sm_limit_rows(shapes, fractions, device_index, policy, alloc_inside, rows, state, out_path) -> None:
-    from torch.cuda.green_contexts import GreenContext
-
-    from lmmsim.profiler.timing import CudaTimer, RepeatPolicy
-
-    dev = torch.device("cuda", device_index)
-    torch.cuda.set_device(dev)
-    props = torch.cuda.get_device_properties(dev)
-    total = state["num_sms"] = props.multi_processor_count
-    gran = 8 if props.major >= 9 else 2  # green-context SM partition granularity
-
-    def sms_for(frac):
-        return total if frac >= 1 else min(total, max(gran, int(round(frac * total / gran)) * gran))
-
-    timer = CudaTimer(dev, RepeatPolicy(**policy))
-    pool = TensorPool(dev)
-    contexts = {}
-    for frac in fractions:
-        sms = sms_for(frac)
-        if sms < total and sms not in contexts:
-            contexts[sms] = GreenContext.create(num_sms=sms, device_id=device_index)
-    for sd in shapes:
-        s = EncoderLayerShape(**sd)
-        pool.reset()
-        shared = None if alloc_inside else build_encoder_layer(s, pool)
-        for frac in fractions:
-            sms = sms_for(frac)
-            ctx = contexts.get(sms)
-            if ctx is not None:
-                ctx.set_context()
-            try:
-                stream = None
-                if ctx is not None and hasattr(ctx, "Stream"):
-                    try:
-                        stream = ctx.Stream()
-                    except Exception:  # noqa: BLE001 - set_context alone then
-                        stream = None
-                with torch.cuda.stream(stream) if stream is not None else _nullcontext():
-                    if shared is None:  # everything the call touches allocated in this context
-                        fn, tm = build_encoder_layer(s, TensorPool(dev)), CudaTimer(dev, RepeatPolicy(**policy))
-                    else:
-                        fn, tm = shared, timer
-                    t = tm.measure(fn)
-            finally:
-                if ctx is not None:
-                    ctx.pop_context()
-            rows.append({"family": s.family, "sm_fraction": sms / total, "num_units": s.num_units,
-                         "seq_len": s.seq_len, "num_sms": sms, "hidden_size": s.hidden, "num_heads": s.heads,
-                         "intermediate_size": s.ffn, "window_tokens": s.window_tokens,
-                         "time_ms": t.median_ms, "time_ms_p10": t.p10_ms, "time_ms_p90": t.p90_ms,
-                         "repeats": t.repeats})
-        _write_json(out_path, state)
-
-
-@contextmanager
-def _nullcontext():
-    yield
-
-
-def collective_worker(rank: int, world: int, sizes: list[int], repeats: int, backend: str, port: int,
-                      out_path: str) -> None:
-    """One rank of an all-reduce / p2p sweep (``torch.multiprocessing`` entry point).
-
-    Every size: warm-up, then ``repeats`` timed calls after a barrier; a call's
-    time is the slowest rank's (all-reduced with MAX). Rank 0 writes
-    ``{"allreduce": [[bytes, med, p10, p90], ...], "p2p": [...]}`` (p2p only
-    for world 2: rank 0 sends, rank 1 receives).
-    """
-    import torch.distributed as dist
-
-    from lmmsim.profiler.timing import summarize
-
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ["MASTER_PORT"] = str(port)
-    cuda = backend == "nccl"
-    dev = torch.device("cuda", rank) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(dev)
-    dist.init_process_group(backend, rank=rank, world_size=world)
-
-    def timed(fn):
-        samples = []
-        for i in range(repeats + 2):
-            dist.barrier()
-            if cuda:
-                torch.cuda.synchronize(dev)
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                fn()
-                e.record()
-                torch.cuda.synchronize(dev)
-                t = s.elapsed_time(e)
-            else:
-                t0 = time.perf_counter()
-                fn()
-                t = (time.perf_counter() - t0) * 1e3
-            if i >= 2:
-                samples.append(t)
-        ts = torch.tensor(samples, dtype=torch.float64, device=dev)
-        dist.all_reduce(ts, op=dist.ReduceOp.MAX)
-        s = summarize(ts.cpu().tolist())
-        return [s.median_ms, s.p10_ms, s.p90_ms]
-
-    out = {"allreduce": [], "p2p": []}
-    for nbytes in sizes:
-        buf = torch.ones(max(1, nbytes // BYTES), dtype=DTYPE, device=dev)
-        out["allreduce"].append([nbytes, *timed(lambda b=buf: dist.all_reduce(b))])
-        if world == 2:
-            peer = 1 - rank
-            if rank == 0:
-                out["p2p"].append([nbytes, *timed(lambda b=buf: dist.send(b, peer))])
-            else:
-                out["p2p"].append([nbytes, *timed(lambda b=buf: dist.recv(b, peer))])
-    if rank == 0:
-        _write_json(out_path, out)
-    dist.barrier()
-    dist.destroy_process_group()

@@ -10,16 +10,17 @@ Order of work (deterministic): the shape grids of :mod:`lmmsim.profiler.grid`
 class by class (gemm, attention_prefill, attention_decode, elementwise,
 encoder_layer), then the measurements that need child processes (SM limits
 under CUDA green contexts; all-reduce / p2p over NCCL when several GPUs are
-visible).
+visible; :mod:`lmmsim.profiler.children`).
 
 Time budget (``max_minutes``): first five shapes per class, spread over its
 range of work estimates (roofline time at nominal rates) with both extremes,
 are timed ("calibrating"). They calibrate, per class, a log-log interpolation
 from work estimate to kernel time and a fixed per-shape cost, so the wall time
-of any shape's measurement (build, warm-up, repeats) can be predicted. Every
-grid is then thinned by one factor (each keeps its endpoints;
-:func:`lmmsim.profiler.grid.thin_indices`) so the predicted total fits the
-budget (less the child-process phases and 3 s for writing). Every ~5 % of the
+of any shape's measurement (build, warm-up, repeats) can be predicted
+(:mod:`lmmsim.profiler.planning`). Every grid is then thinned by one factor
+(each keeps its endpoints; :func:`lmmsim.profiler.grid.thin_indices`) so the
+predicted total fits the budget (less the child-process phases and 3 s for
+writing). Every ~5 % of the
 budget, at a grid boundary, the grids not started are re-planned with the
 predictions scaled by measured/predicted so far (per class once it has five
 shapes); the factor may go down or, with a 10 % margin, up. A hard stop drops
@@ -36,29 +37,24 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import math
 import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 
 from lmmsim import catalog
 from lmmsim.catalog import ModelSpec
 from lmmsim.costmodel.opdata import SHAPE_COLUMNS, csv_path, write_class, write_meta
+from lmmsim.profiler import children, ops, timing
 from lmmsim.profiler import grid as G
-from lmmsim.profiler import ops, timing
+from lmmsim.profiler.planning import Planner, choose_factor, nominal_rates
 
 WRITE_RESERVE_S = 3.0  # kept back from max_minutes for writing files
-SM_LIMIT_EST_S = 45.0  # child start + CUDA init + rows (estimate used for planning)
-COLLECTIVE_EST_S = 30.0  # per world size
-COLLECTIVE_SIZES = [1 << p for p in range(10, 29, 2)]  # 1 KiB .. 256 MiB, x4 steps
 MAX_ERRORS_KEPT = 20
 
 
@@ -67,106 +63,6 @@ def _measure_case(case: G.Case, timer, pool: ops.TensorPool):
     """Build and time one case -> ``(Timing, impl)``. Raises on failure."""
     fn, impl = ops.build(case.kind, case.params, pool)
     return timer.measure(fn), impl
-
-
-class _Planner:
-    """Predicts a case's kernel time and measurement wall time (see module doc).
-
-    Kernel time: piecewise-linear interpolation, in log-log space, of the
-    probes' measured kernel time against their work estimate (roofline time at
-    nominal rates); outside the probes, proportional to the nearest one. Wall
-    time: a per-class fixed cost (build, first-call overheads; the probes'
-    median) plus the calls the repeat policy makes.
-    """
-
-    def __init__(self, rates: tuple[float, float, float], policy: timing.RepeatPolicy, per_call_s: float,
-                 default_overhead_s: float):
-        self.flops_per_s, self.bytes_per_s, self.launch_s = rates
-        self.policy = policy
-        self.per_call_s = per_call_s
-        self.default_overhead_s = default_overhead_s
-        self.fits: dict[str, tuple[list[float], list[float], float]] = {}
-
-    def model_s(self, c: G.Case) -> float:
-        return c.launches * self.launch_s + c.flops / self.flops_per_s + c.bytes / self.bytes_per_s
-
-    def kernel_s(self, c: G.Case) -> float:
-        fit = self.fits.get(c.op_class)
-        m = self.model_s(c)
-        if fit is None:
-            return m
-        xs, ys, _ = fit
-        x = math.log(m)
-        if x <= xs[0]:
-            return math.exp(ys[0] + x - xs[0])
-        if x >= xs[-1]:
-            return math.exp(ys[-1] + x - xs[-1])
-        return math.exp(float(np.interp(x, xs, ys)))
-
-    def wall_s(self, c: G.Case) -> float:
-        k = self.kernel_s(c)
-        fit = self.fits.get(c.op_class)
-        over = fit[2] if fit else self.default_overhead_s
-        return over + self.policy.calls_for(k) * (k + self.per_call_s)
-
-    def fit(self, op_class: str, samples: list[tuple[G.Case, float, float]]) -> None:
-        """``samples``: (case, kernel_s, wall_s) of the class's probes."""
-        pts = sorted((math.log(self.model_s(c)), math.log(max(k, 1e-9)), k, w) for c, k, w in samples)
-        if not pts:
-            return
-        xs, ys = [], []
-        for x, y, _, _ in pts:  # strictly increasing x, non-decreasing y
-            if xs and x <= xs[-1] + 1e-9:
-                ys[-1] = max(ys[-1], y)
-                continue
-            xs.append(x)
-            ys.append(max(y, ys[-1]) if ys else y)
-        over = sorted(w - self.policy.calls_for(k) * (k + self.per_call_s) for *_, k, w in pts)
-        self.fits[op_class] = (xs, ys, max(0.0, over[len(over) // 2]))
-
-    def probes(self, cases: list[G.Case], idx: list[int], count: int = 5) -> set[int]:
-        """``count`` cases of ``idx`` spread evenly over log work, extremes included."""
-        logs = {i: math.log(self.model_s(cases[i])) for i in idx}
-        lo, hi = min(logs.values()), max(logs.values())
-        picks = set()
-        for j in range(count):
-            target = lo + (hi - lo) * j / max(1, count - 1)
-            picks.add(min(idx, key=lambda i: (abs(logs[i] - target), i)))
-        return picks
-
-
-def _choose_factor(cases: list[G.Case], cost: list[float], budget_s: float, exclude: set[int],
-                   whole: frozenset = frozenset()) -> float:
-    """Largest thinning factor whose kept cases (less ``exclude``; grids in
-    ``whole`` entire) cost <= budget (0: endpoints only)."""
-    groups = [([(i, 0.0 if i in exclude else cost[i]) for i in idx], grid in whole)
-              for grid, idx in G.group_by_grid(cases).items()]
-
-    def total(f):
-        return sum(g[j][1] for g, entire in groups
-                   for j in (range(len(g)) if entire else G.thin_indices(len(g), f)))
-
-    if total(1.0) <= budget_s:
-        return 1.0
-    lo, hi = 0.0, 1.0
-    for _ in range(20):
-        mid = (lo + hi) / 2
-        if total(mid) <= budget_s:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-def _nominal_rates(device_type: str, hardware: str) -> tuple[float, float, float]:
-    """(FLOP/s, bytes/s, launch s) to start from: the catalog's figures for
-    ``hardware`` when it has them; only ratios between shapes matter, since the
-    probes rescale them."""
-    try:
-        gpu = catalog.get_gpu(hardware)
-        return gpu.peak_flops * 0.7, gpu.hbm_bytes_per_s * 0.8, gpu.efficiency.kernel_launch_us * 1e-6
-    except Exception:  # noqa: BLE001 - not in the catalog
-        return (7e14, 3e12, 5e-6) if device_type == "cuda" else (5e11, 2e10, 2e-5)
 
 
 # ----------------------------------------------------------------- meta helpers
@@ -226,104 +122,6 @@ def device_info(dev: torch.device) -> dict:
     return info
 
 
-# ------------------------------------------------------------ child processes
-def _run_child(target, args, timeout_s: float) -> str | None:
-    """Run ``target(*args)`` in a spawned process; an error message or None."""
-    import multiprocessing as mp
-
-    ctx = mp.get_context("spawn")
-    p = ctx.Process(target=target, args=args, daemon=True)
-    p.start()
-    p.join(max(1.0, timeout_s))
-    if p.is_alive():
-        p.terminate()
-        p.join(5)
-        if p.is_alive():
-            p.kill()
-        return f"timed out after {timeout_s:.0f} s"
-    return None if p.exitcode == 0 else f"child exited with code {p.exitcode}"
-
-
-def _sm_limit(dev: torch.device, shapes: list[dict], fractions, policy: timing.RepeatPolicy,
-              timeout_s: float) -> tuple[list[dict], str]:
-    """SM-limited encoder layers via green contexts in a child; (rows, note)."""
-    import json
-
-    errors = []
-    for alloc_inside in (False, True):
-        with tempfile.TemporaryDirectory() as tmp:
-            out = os.path.join(tmp, "sm.json")
-            start = time.monotonic()
-            err = _run_child(ops.sm_limit_worker, (shapes, list(fractions), dev.index or 0, policy.as_dict(),
-                                                   out, alloc_inside), timeout_s)
-            timeout_s -= time.monotonic() - start
-            data = json.loads(Path(out).read_text()) if os.path.exists(out) else {"rows": []}
-        rows = data["rows"]
-        if data.get("error"):
-            err = f"{err or 'failed'}: {data['error']}"
-        if rows and any(r["sm_fraction"] < 1 for r in rows):
-            how = "inputs allocated inside each green context" if alloc_inside else "inputs shared"
-            note = f"measured with CUDA green contexts (torch.cuda.green_contexts, {how}) in a child process"
-            if err is not None:
-                note += f"; partial ({err})"
-            low = [r for r in rows if r["sm_fraction"] < 0.3]
-            full = {(r["family"], r["seq_len"]): r["time_ms"] for r in rows if r["sm_fraction"] >= 1}
-            if low and all(r["time_ms"] < 1.2 * full.get((r["family"], r["seq_len"]), 0) for r in low):
-                note += "; WARNING: latency did not grow as SMs shrank, the limit may not have applied"
-            return rows, note
-        errors.append(f"{'inside' if alloc_inside else 'shared'}: {err or 'no rows'}")
-        if timeout_s < 10:
-            break
-    return [], "not measurable: green-context run failed (" + "; ".join(errors) + ")"
-
-
-def _collectives(device_count: int, policy: timing.RepeatPolicy, deadline: float | None, backend: str = "nccl",
-                 sizes: list[int] | None = None):
-    """All-reduce over 2, 4, 8 GPUs (up to the count) and p2p between two; (ar rows, p2p rows, note).
-
-    ``backend="gloo"`` runs the same sweep over CPU processes (tests)."""
-    import json
-    import random
-
-    import torch.multiprocessing as tmp_mp
-
-    ar_rows, p2p_rows, notes = [], [], []
-    for world in (2, 4, 8):
-        if world > device_count:
-            break
-        left = (deadline - time.monotonic() - WRITE_RESERVE_S) if deadline else 300.0
-        if left < COLLECTIVE_EST_S * 0.5:
-            notes.append(f"world {world}: not measured: out of time")
-            continue
-        with tempfile.TemporaryDirectory() as tmp:
-            out = os.path.join(tmp, "coll.json")
-            port = 29500 + random.Random(world + os.getpid()).randrange(1000)
-            try:
-                ctx = tmp_mp.start_processes(ops.collective_worker,
-                                             args=(world, sizes or COLLECTIVE_SIZES, max(5, policy.min_repeats),
-                                                   backend, port, out),
-                                             nprocs=world, join=False, start_method="spawn")
-                t_end = time.monotonic() + min(left, 120.0)
-                while not ctx.join(timeout=1.0):
-                    if time.monotonic() > t_end:
-                        for p in ctx.processes:
-                            if p.is_alive():
-                                p.kill()
-                        raise TimeoutError("timed out")
-                data = json.loads(Path(out).read_text())
-            except Exception as exc:  # noqa: BLE001 - record, go on
-                notes.append(f"world {world}: failed ({type(exc).__name__}: {str(exc)[:100]})")
-                continue
-        for nbytes, med, p10, p90 in data["allreduce"]:
-            ar_rows.append({"num_bytes": nbytes, "world": world, "time_ms": med, "time_ms_p10": p10,
-                            "time_ms_p90": p90, "backend": backend, "dtype": "bfloat16"})
-        for nbytes, med, p10, p90 in data["p2p"]:
-            p2p_rows.append({"num_bytes": nbytes, "time_ms": med, "time_ms_p10": p10, "time_ms_p90": p90,
-                             "backend": backend, "dtype": "bfloat16"})
-        notes.append(f"world {world}: measured ({backend})")
-    return ar_rows, p2p_rows, "; ".join(notes)
-
-
 # ---------------------------------------------------------------------- main
 def _resolve(models) -> list[ModelSpec]:
     """Catalog names, reference-model names (:data:`lmmsim.profiler.reference.REFERENCE_MODELS`)
@@ -362,14 +160,7 @@ def profile(device: str, hardware: str, models: list, out_dir: Path, *, quick: b
     t_start = time.monotonic()
     deadline = t_start + 60.0 * max_minutes if max_minutes else None
     out_dir = Path(out_dir)
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise RuntimeError("device cuda requested but torch.cuda.is_available() is False")
-        dev = torch.device("cuda", dev.index if dev.index is not None else torch.cuda.current_device())
-        torch.cuda.set_device(dev)
-    elif dev.type != "cpu":
-        raise ValueError(f"unsupported device {device!r}: use cpu or cuda")
+    dev = _open_device(device)
     torch.manual_seed(0)
 
     specs = _resolve(models)
@@ -378,7 +169,6 @@ def profile(device: str, hardware: str, models: list, out_dir: Path, *, quick: b
     tp_sizes = tuple(t for t in tp_sizes if (not quick or t <= 2))
     cfg = G.grid_config(dev.type, quick)
     cases = G.build_cases(specs, cfg, tp_sizes)
-    classes = [c for c in G.CLASS_ORDER if any(x.op_class == c for x in cases)]
 
     meta: dict = {"hardware": hardware, "models": [s.name for s in specs], "quick": quick,
                   "command": command, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -386,6 +176,38 @@ def profile(device: str, hardware: str, models: list, out_dir: Path, *, quick: b
     meta.update(device_info(dev))
     meta["elementwise_impl"] = ops.configure(dev, fuse)
     meta["elementwise_num_bytes"] = dict(ops.ELEMENTWISE_BYTES)
+    policy, timer = _timing(dev, quick, meta)
+
+    # Child-process measurements (planned for up front, run at the end).
+    green = dev.type == "cuda" and not quick and bool(cfg.sm_fractions) and children.green_supported()
+    sm_shapes = G.sm_limit_shapes(specs, cfg) if green else []
+    n_dev = torch.cuda.device_count() if dev.type == "cuda" else 0
+    phase_est = ((children.SM_LIMIT_EST_S if sm_shapes else 0.0)
+                 + children.COLLECTIVE_EST_S * sum(1 for w in (2, 4, 8) if w <= n_dev))
+
+    run = _Profiling(dev, cases, timer, _planner(dev, hardware, quick, timer, policy), progress)
+    run.measure(deadline, phase_est, t_start)
+    frames = run.frames()
+    _child_phases(frames, meta, dev, quick, policy, deadline, sm_shapes, cfg.sm_fractions, n_dev)
+    _write(out_dir, frames, meta, run, deadline, t_start)
+    return out_dir
+
+
+def _open_device(device: str) -> torch.device:
+    """``device`` checked and, for CUDA, made current with an explicit index."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("device cuda requested but torch.cuda.is_available() is False")
+        dev = torch.device("cuda", dev.index if dev.index is not None else torch.cuda.current_device())
+        torch.cuda.set_device(dev)
+    elif dev.type != "cpu":
+        raise ValueError(f"unsupported device {device!r}: use cpu or cuda")
+    return dev
+
+
+def _timing(dev: torch.device, quick: bool, meta: dict) -> tuple[timing.RepeatPolicy, object]:
+    """The repeat policy and timer for ``dev``; recorded in ``meta["timing"]``."""
     policy = timing.policy_for(dev.type, quick)
     timer = timing.make_timer(dev, policy)
     meta["timing"] = {"policy": policy.as_dict(),
@@ -394,167 +216,206 @@ def profile(device: str, hardware: str, models: list, out_dir: Path, *, quick: b
                       "statistic": "time_ms = median of repeats; time_ms_p10 / time_ms_p90 their percentiles"}
     if dev.type == "cuda":
         meta["timing"]["flush_bytes"] = timer.flush_bytes
+    return policy, timer
 
-    # Child-process measurements (planned for up front, run at the end).
-    green = dev.type == "cuda" and not quick and bool(cfg.sm_fractions) and _green_supported()
-    sm_shapes = G.sm_limit_shapes(specs, cfg) if green else []
-    n_dev = torch.cuda.device_count() if dev.type == "cuda" else 0
-    phase_est = (SM_LIMIT_EST_S if sm_shapes else 0.0) + COLLECTIVE_EST_S * sum(1 for w in (2, 4, 8) if w <= n_dev)
 
-    pool = ops.TensorPool(dev)
-    cap = _pool_cap_bytes(dev) // ops.BYTES
-    pool.reserve(min(cap, max((c.numel for c in cases), default=0)))
+def _planner(dev: torch.device, hardware: str, quick: bool, timer, policy: timing.RepeatPolicy) -> Planner:
+    """The planner, its per-call cost measured on a warmed-up GPU (a fixed guess elsewhere)."""
     per_call_s = 2e-6
     if dev.type == "cuda" and not quick:
         per_call_s = _warm_up_gpu(dev, timer) + 20e-6
-    planner = _Planner(_nominal_rates(dev.type, hardware), policy, per_call_s,
-                       default_overhead_s=0.002 if dev.type == "cuda" else 0.001)
+    return Planner(nominal_rates(dev.type, hardware), policy, per_call_s,
+                   default_overhead_s=0.002 if dev.type == "cuda" else 0.001)
 
-    results: dict[int, tuple] = {}  # case index -> (Timing, impl, wall_s)
-    by_key: dict[tuple, tuple] = {}  # dedupe identical shapes (timing, impl)
-    reused: set[int] = set()  # cases answered from by_key
-    errors: list[str] = []
-    stats = {c: {"full": sum(1 for x in cases if x.op_class == c), "planned": 0, "measured": 0, "skipped": 0,
-                 "dropped_for_time": 0} for c in classes}
 
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+class _Profiling:
+    """One profile's measurement of the shape grids: the time-budget plan (module doc) and the results.
 
-    bar = Progress(TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   console=Console(stderr=True), disable=not progress, transient=False)
+    :meth:`measure` times the probes (with a deadline), then every selected
+    case grid by grid, re-planning the grids not started as it goes;
+    :meth:`frames` turns the results into rows per class.
+    """
 
-    def run_one(i: int, task) -> None:
-        c = cases[i]
+    def __init__(self, dev: torch.device, cases: list[G.Case], timer, planner: Planner, progress: bool):
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.dev, self.cases, self.timer, self.planner = dev, cases, timer, planner
+        self.classes = [c for c in G.CLASS_ORDER if any(x.op_class == c for x in cases)]
+        self.pool = ops.TensorPool(dev)
+        cap = _pool_cap_bytes(dev) // ops.BYTES
+        self.pool.reserve(min(cap, max((c.numel for c in cases), default=0)))
+        self.results: dict[int, tuple] = {}  # case index -> (Timing, impl, wall_s)
+        self.by_key: dict[tuple, tuple] = {}  # dedupe identical shapes (timing, impl)
+        self.reused: set[int] = set()  # cases answered from by_key
+        self.errors: list[str] = []
+        self.stats = {c: {"full": sum(1 for x in cases if x.op_class == c), "planned": 0, "measured": 0,
+                          "skipped": 0, "dropped_for_time": 0} for c in self.classes}
+        self.bar = Progress(TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), console=Console(stderr=True), disable=not progress, transient=False)
+        # The plan: probes, predicted cost per case, the cases kept, the thinning factor.
+        self.probes: set[int] = set()
+        self.cost = [0.0] * len(cases)
+        self.selected = set(range(len(cases)))
+        self.factor, self.budget, self.whole = 1.0, None, frozenset()
+        self.thinning: dict = {"factor": 1.0, "per_class": {}, "replans": []}
+        self.diag = {c: [0.0, 0.0, 0] for c in self.classes}  # predicted s, actual s, count (non-probe cases)
+
+    def run_one(self, i: int, task) -> None:
+        """Time case ``i`` (or reuse an identical shape's timing); a failure is counted, not raised."""
+        c = self.cases[i]
         t0 = time.monotonic()
         try:
-            hit = by_key.get(c.key)
+            hit = self.by_key.get(c.key)
             if hit is None:
-                t, impl = _measure_case(c, timer, pool)
-                by_key[c.key] = (t, impl)
+                t, impl = _measure_case(c, self.timer, self.pool)
+                self.by_key[c.key] = (t, impl)
             else:
                 t, impl = hit
-                reused.add(i)
-            results[i] = (t, impl, time.monotonic() - t0)
+                self.reused.add(i)
+            self.results[i] = (t, impl, time.monotonic() - t0)
         except Exception as exc:  # noqa: BLE001 - skip the shape, keep going
-            stats[c.op_class]["skipped"] += 1
-            if len(errors) < MAX_ERRORS_KEPT:
-                errors.append(f"{c.grid} {c.params}: {type(exc).__name__}: {str(exc)[:200]}")
-            _recover(dev)
+            self.stats[c.op_class]["skipped"] += 1
+            if len(self.errors) < MAX_ERRORS_KEPT:
+                self.errors.append(f"{c.grid} {c.params}: {type(exc).__name__}: {str(exc)[:200]}")
+            _recover(self.dev)
         finally:
-            pool.reset()
-            bar.advance(task)
+            self.pool.reset()
+            self.bar.advance(task)
 
-    with bar:
-        probes: set[int] = set()
-        cost = [0.0] * len(cases)
-        selected = set(range(len(cases)))
-        factor, budget = 1.0, None
-        thinning: dict = {"factor": 1.0, "per_class": {}, "replans": []}
-        if deadline is not None:
-            # Probes: shapes spread over each class's work range, extremes included.
-            for cls in classes:
-                probes |= planner.probes(cases, [i for i, x in enumerate(cases) if x.op_class == cls])
-            task = bar.add_task("calibrating", total=len(probes))
-            for i in sorted(probes):
-                run_one(i, task)
-            for cls in classes:
-                planner.fit(cls, [(cases[i], results[i][0].median_ms * 1e-3, results[i][2])
-                                  for i in probes if cases[i].op_class == cls and i in results])
-            first_of_key: dict[tuple, int] = {}
-            for i, c in enumerate(cases):
-                first_of_key.setdefault(c.key, i)
-            # A shape equal to an earlier one (another model, op or class) costs nothing.
-            cost = [planner.wall_s(c) if first_of_key[c.key] == i else 0.0 for i, c in enumerate(cases)]
-            budget = deadline - time.monotonic() - phase_est - WRITE_RESERVE_S
-            whole = G.cheap_grids(cases, cost, budget)
-            factor = _choose_factor(cases, cost, budget, probes, whole)
-            selected = set(G.thin(cases, factor, whole)) | probes
-            thinning.update(factor=round(factor, 4), budget_s=round(budget, 1), grids_kept_whole=len(whole),
-                            predicted_s=round(sum(cost[i] for i in selected - probes), 1))
+    def measure(self, deadline: float | None, phase_est: float, t_start: float) -> None:
+        with self.bar:
+            if deadline is not None:
+                self._calibrate(deadline, phase_est)
+            self._measure_grids(deadline, phase_est, t_start)
+            for cls in self.classes:
+                self.stats[cls]["planned"] = sum(1 for i in self.selected if self.cases[i].op_class == cls)
 
-        def todo_count(cls, ids):
-            return sum(1 for i in ids if i in selected and i not in probes and cases[i].op_class == cls)
+    def _calibrate(self, deadline: float, phase_est: float) -> None:
+        """Time the probes, fit the planner, and thin the grids to the budget left."""
+        cases, planner = self.cases, self.planner
+        # Probes: shapes spread over each class's work range, extremes included.
+        for cls in self.classes:
+            self.probes |= planner.probes(cases, [i for i, x in enumerate(cases) if x.op_class == cls])
+        task = self.bar.add_task("calibrating", total=len(self.probes))
+        for i in sorted(self.probes):
+            self.run_one(i, task)
+        for cls in self.classes:
+            planner.fit(cls, [(cases[i], self.results[i][0].median_ms * 1e-3, self.results[i][2])
+                              for i in self.probes if cases[i].op_class == cls and i in self.results])
+        first_of_key: dict[tuple, int] = {}
+        for i, c in enumerate(cases):
+            first_of_key.setdefault(c.key, i)
+        # A shape equal to an earlier one (another model, op or class) costs nothing.
+        self.cost = [planner.wall_s(c) if first_of_key[c.key] == i else 0.0 for i, c in enumerate(cases)]
+        self.budget = budget = deadline - time.monotonic() - phase_est - WRITE_RESERVE_S
+        self.whole = G.cheap_grids(cases, self.cost, budget)
+        self.factor = choose_factor(cases, self.cost, budget, self.probes, self.whole)
+        self.selected = set(G.thin(cases, self.factor, self.whole)) | self.probes
+        self.thinning.update(factor=round(self.factor, 4), budget_s=round(budget, 1),
+                             grids_kept_whole=len(self.whole),
+                             predicted_s=round(sum(self.cost[i] for i in self.selected - self.probes), 1))
 
-        tasks = {c: bar.add_task(c, total=todo_count(c, range(len(cases)))) for c in classes}
-        done = {c: 0 for c in classes}
-        diag = {c: [0.0, 0.0, 0] for c in classes}  # predicted s, actual s, count (non-probe cases)
+    def _todo_count(self, cls: str, ids) -> int:
+        return sum(1 for i in ids if i in self.selected and i not in self.probes and self.cases[i].op_class == cls)
+
+    def _measure_grids(self, deadline: float | None, phase_est: float, t_start: float) -> None:
+        """Every selected non-probe case, grid by grid; re-plans every ~5 % of the budget, hard stop at the end."""
+        cases, stats = self.cases, self.stats
+        self.tasks = {c: self.bar.add_task(c, total=self._todo_count(c, range(len(cases)))) for c in self.classes}
+        self.done = {c: 0 for c in self.classes}
         grids = list(G.group_by_grid(cases).values())
         hard_stop = (deadline - WRITE_RESERVE_S) if deadline else None
-        interval = max(10.0, 0.05 * budget) if budget else None
+        interval = max(10.0, 0.05 * self.budget) if self.budget else None
         last_plan = time.monotonic()
         seen_classes: set[str] = set()
         for gi, idx in enumerate(grids):
             cls = cases[idx[0]].op_class
             if interval and time.monotonic() - last_plan >= interval:
-                # Re-plan the grids not started, predictions scaled by how far off
-                # they were so far (per class once it has 5 shapes, else overall).
                 last_plan = time.monotonic()
-                rest = [i for ix in grids[gi:] for i in ix]
-                tot_p, tot_a = sum(d[0] for d in diag.values()), sum(d[1] for d in diag.values())
-                overall = tot_a / tot_p if tot_p > 0 else 1.0
-
-                def ratio(c):
-                    r = diag[c][1] / diag[c][0] if diag[c][2] >= 5 and diag[c][0] > 0 else overall
-                    return min(3.0, max(0.3, r))
-
-                scaled = [ratio(cases[i].op_class) * cost[i] for i in rest]
-                sub = [cases[i] for i in rest]
-                local_probes = {j for j, i in enumerate(rest) if i in probes}
-                left = deadline - time.monotonic() - phase_est - WRITE_RESERVE_S
-                f2 = _choose_factor(sub, scaled, left, local_probes, whole)
-                if f2 > factor:  # loosen with a 10% margin
-                    f2 = max(factor, _choose_factor(sub, scaled, 0.9 * left, local_probes, whole))
-                if f2 != factor:
-                    factor = f2
-                    selected = ((selected - set(rest)) | {rest[j] for j in G.thin(sub, f2, whole)}
-                                | (set(rest) & probes))
-                    thinning["replans"].append({"at_s": round(time.monotonic() - t_start, 1),
-                                                "factor": round(f2, 4), "overall_ratio": round(overall, 3)})
-                    for c in classes:
-                        bar.update(tasks[c], total=done[c] + todo_count(c, rest))
+                self._replan([i for ix in grids[gi:] for i in ix], deadline, phase_est, t_start)
             if cls not in seen_classes:
                 seen_classes.add(cls)
-                thinning["per_class"][cls] = round(factor, 4)
+                self.thinning["per_class"][cls] = round(self.factor, 4)
             for i in idx:
-                if i not in selected or i in probes:
+                if i not in self.selected or i in self.probes:
                     continue
-                done[cls] += 1
+                self.done[cls] += 1
                 if hard_stop is not None and time.monotonic() > hard_stop:
                     stats[cls]["dropped_for_time"] += 1
-                    bar.advance(tasks[cls])
+                    self.bar.advance(self.tasks[cls])
                     continue
-                run_one(i, tasks[cls])
-                if i in results and i not in reused:
-                    diag[cls][0] += cost[i]
-                    diag[cls][1] += results[i][2]
-                    diag[cls][2] += 1
-        for cls in classes:
-            stats[cls]["planned"] = sum(1 for i in selected if cases[i].op_class == cls)
+                self.run_one(i, self.tasks[cls])
+                if i in self.results and i not in self.reused:
+                    d = self.diag[cls]
+                    d[0] += self.cost[i]
+                    d[1] += self.results[i][2]
+                    d[2] += 1
 
-    # Rows per class, in case order.
-    frames: dict[str, list[dict]] = {c: [] for c in classes}
-    for i in sorted(results):
-        c = cases[i]
-        t, impl, _ = results[i]
-        frames[c.op_class].append({**c.row, "time_ms": t.median_ms, "time_ms_p10": t.p10_ms,
-                                   "time_ms_p90": t.p90_ms, "repeats": t.repeats, "dtype": "bfloat16",
-                                   "impl": impl})
-    for cls in classes:
-        stats[cls]["measured"] = len(frames[cls])
+    def _replan(self, rest: list[int], deadline: float, phase_est: float, t_start: float) -> None:
+        """Re-thin the cases ``rest`` (the grids not started), predictions scaled by how far off
+        they were so far (per class once it has 5 shapes, else overall)."""
+        diag = self.diag
+        tot_p, tot_a = sum(d[0] for d in diag.values()), sum(d[1] for d in diag.values())
+        overall = tot_a / tot_p if tot_p > 0 else 1.0
 
-    # Child-process measurements.
+        def ratio(c):
+            r = diag[c][1] / diag[c][0] if diag[c][2] >= 5 and diag[c][0] > 0 else overall
+            return min(3.0, max(0.3, r))
+
+        scaled = [ratio(self.cases[i].op_class) * self.cost[i] for i in rest]
+        sub = [self.cases[i] for i in rest]
+        local_probes = {j for j, i in enumerate(rest) if i in self.probes}
+        left = deadline - time.monotonic() - phase_est - WRITE_RESERVE_S
+        f2 = choose_factor(sub, scaled, left, local_probes, self.whole)
+        if f2 > self.factor:  # loosen with a 10% margin
+            f2 = max(self.factor, choose_factor(sub, scaled, 0.9 * left, local_probes, self.whole))
+        if f2 == self.factor:
+            return
+        self.factor = f2
+        self.selected = ((self.selected - set(rest)) | {rest[j] for j in G.thin(sub, f2, self.whole)}
+                         | (set(rest) & self.probes))
+        self.thinning["replans"].append({"at_s": round(time.monotonic() - t_start, 1),
+                                         "factor": round(f2, 4), "overall_ratio": round(overall, 3)})
+        for c in self.classes:
+            self.bar.update(self.tasks[c], total=self.done[c] + self._todo_count(c, rest))
+
+    def frames(self) -> dict[str, list[dict]]:
+        """Rows per class, in case order (``stats[...]["measured"]`` set)."""
+        frames: dict[str, list[dict]] = {c: [] for c in self.classes}
+        for i in sorted(self.results):
+            c = self.cases[i]
+            t, impl, _ = self.results[i]
+            frames[c.op_class].append({**c.row, "time_ms": t.median_ms, "time_ms_p10": t.p10_ms,
+                                       "time_ms_p90": t.p90_ms, "repeats": t.repeats, "dtype": "bfloat16",
+                                       "impl": impl})
+        for cls in self.classes:
+            self.stats[cls]["measured"] = len(frames[cls])
+        return frames
+
+
+def _child_phases(frames: dict, meta: dict, dev: torch.device, quick: bool, policy: timing.RepeatPolicy,
+                  deadline: float | None, sm_shapes: list[dict], sm_fractions, n_dev: int) -> None:
+    """SM limits and collectives (:mod:`lmmsim.profiler.children`): rows into ``frames``, notes into ``meta``."""
     if sm_shapes:
         left = (deadline - time.monotonic() - WRITE_RESERVE_S) if deadline else 600.0
         if left < 15:
             meta["sm_limit"] = "not measured: out of time (--max-minutes)"
         else:
-            rows, meta["sm_limit"] = _sm_limit(dev, sm_shapes, cfg.sm_fractions, policy, min(left, 240.0))
+            rows, meta["sm_limit"] = children.sm_limit(dev, sm_shapes, sm_fractions, policy, min(left, 240.0))
             if rows:
                 frames["sm_limit"] = rows
     else:
-        meta["sm_limit"] = _sm_limit_reason(dev, quick)
+        meta["sm_limit"] = children.sm_limit_reason(dev, quick)
     if n_dev > 1:
-        ar, p2p, note = _collectives(n_dev, policy, deadline)
+        stop_at = (deadline - WRITE_RESERVE_S) if deadline else None
+        ar, p2p, note = children.collectives(n_dev, policy, stop_at)
         meta["allreduce"] = meta["p2p"] = note
         if ar:
             frames["allreduce"] = ar
@@ -565,42 +426,27 @@ def profile(device: str, hardware: str, models: list, out_dir: Path, *, quick: b
         meta["allreduce"] = f"not measurable: {why}"
         meta["p2p"] = f"not measurable: {why}"
 
+
+def _write(out_dir: Path, frames: dict, meta: dict, run: _Profiling, deadline: float | None,
+           t_start: float) -> None:
+    """The class CSVs (removing classes this run did not produce) and ``meta.json``."""
     for cls, rows in frames.items():
         if rows:
             write_class(out_dir, cls, pd.DataFrame(rows))
     for cls in SHAPE_COLUMNS:  # a class not measured this time must not keep an older run's rows
         if not frames.get(cls):
             csv_path(out_dir, cls).unlink(missing_ok=True)
+    stats = run.stats
     meta["rows"] = {cls: len(rows) for cls, rows in frames.items() if rows}
     meta["grid_sizes"] = stats
     meta["skipped"] = sum(s["skipped"] for s in stats.values())
-    meta["skipped_examples"] = errors
+    meta["skipped_examples"] = run.errors
     meta["dropped_for_time"] = sum(s["dropped_for_time"] for s in stats.values())
     if deadline is not None:
-        thinning["predicted_vs_actual_s"] = {c: [round(p, 1), round(a, 1)] for c, (p, a, _) in diag.items()}
-    meta["thinning"] = thinning
+        run.thinning["predicted_vs_actual_s"] = {c: [round(p, 1), round(a, 1)] for c, (p, a, _) in run.diag.items()}
+    meta["thinning"] = run.thinning
     meta["elapsed_s"] = round(time.monotonic() - t_start, 2)
     write_meta(out_dir, meta)
-    return out_dir
-
-
-def _green_supported() -> bool:
-    try:
-        from torch.cuda import green_contexts
-
-        return bool(green_contexts.SUPPORTED)
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def _sm_limit_reason(dev: torch.device, quick: bool) -> str:
-    if dev.type != "cuda":
-        return "not measurable: CPU (SM limits need CUDA MPS or green contexts)"
-    if quick:
-        return "not measured: --quick"
-    return ("not measurable: this torch build has no CUDA green contexts (torch.cuda.green_contexts.SUPPORTED is "
-            "False), and CUDA MPS (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE) needs an MPS control daemon started "
-            "before the process")
 
 
 def _pool_cap_bytes(dev: torch.device) -> int:

@@ -354,92 +354,11 @@ def import_vidur(src: Path, out: Path, *, gpu: str, network: str | None = None,
     elif not (src / "network" / network).is_dir():
         raise UserError("--network", f"{src / 'network' / network} does not exist")
 
-    dropped = _Dropped()
-    parts: dict[str, list[pd.DataFrame]] = {}
-    models: list[str] = []
-    mlp_frames: list[pd.DataFrame] = []
-    attention_frames: list[pd.DataFrame] = []
-    notes: list[str] = []
-
-    mlp_paths, attention_paths = sorted(compute.rglob("mlp.csv")), sorted(compute.rglob("attention.csv"))
-    if not mlp_paths and not attention_paths:
-        raise UserError(str(compute), "holds no mlp.csv or attention.csv (Vidur's layout: "
-                                      f"compute/{gpu}/<org>/<model>/mlp.csv and .../attention.csv)")
-    for path in mlp_paths:
-        source = path.parent.relative_to(compute).as_posix()
-        df = _read_mlp(path)
-        mlp_frames.append(df)
-        models.append(source)
-        for cls, frames in _convert_mlp(df, source, dropped).items():
-            parts.setdefault(cls, []).extend(frames)
-        if "time_stats.post_attention_layernorm.median" not in df.columns:
-            notes.append(f"{source}: parallel attention+MLP block (no post-attention norm); its norm rows are "
-                         "labelled op=layernorm and its `add` (two adds in one timer) is left out")
-
-    for path in attention_paths:
-        source = path.parent.relative_to(compute).as_posix()
-        df = _read_attention(path)
-        attention_frames.append(df)
-        if source not in models:
-            models.append(source)
-        for cls, frames in _convert_attention(df, source, dropped).items():
-            parts.setdefault(cls, []).extend(frames)
-    if not attention_frames:
-        notes.append(f"no attention.csv under compute/{gpu}: no attention classes")
-
-    network_frames: list[pd.DataFrame] = []
-    if network is not None:
-        folder = src / "network" / network
-        for fname, metric, cls in (("all_reduce.csv", "all_reduce", "allreduce"), ("send_recv.csv", "send_recv", "p2p")):
-            path = folder / fname
-            if not path.exists():
-                notes.append(f"network/{network}/{fname} missing: no {cls} rows")
-                continue
-            df = _read(path, _NETWORK_SHAPE, medians=(metric,))
-            network_frames.append(df)
-            parts.setdefault(cls, []).append(
-                _convert_collective(df, metric, cls, network, dropped, include_multinode))
-    else:
-        notes.append(f"no network/{gpu}_dgx and no --network given: no allreduce / p2p rows")
-
-    counts: dict[str, int] = {}
-    for cls in ("gemm", "elementwise", "attention_prefill", "attention_decode", "allreduce", "p2p"):
-        frames = [f for f in parts.get(cls, []) if len(f)]
-        if not frames:
-            continue
-        df = pd.concat(frames, ignore_index=True)
-        opdata.write_class(out, cls, df)
-        counts[cls] = len(df)
-    if not counts:
-        raise UserError(str(src), "nothing to import: every row was dropped ("
-                        + "; ".join(f"{c}: {why}" for c, per in dropped.counts.items() for why in per) + ")")
-
-    notes += [
-        ("times: ms of GPU kernel time; time_ms = Vidur median, time_ms_min/max = Vidur min/max; "
-         "Vidur has no percentiles, so time_ms_p10/p90 are empty"),
-        ("shapes per GPU as lmmsim.costmodel.composed uses them: qkv (tokens, (heads+2*kv_heads)*head_dim/tp, "
-         "hidden), o (tokens, hidden, heads*head_dim/tp), gate_up (tokens, (2 if gated else 1)*ffn/tp, hidden), "
-         "down (tokens, hidden, ffn/tp)"),
-        ("elementwise num_bytes (fp16 = 2 bytes): embedding 2*T*H*2 (gather + write); norm 2*T*H*2 (Vidur's norm "
-         "is unfused, read + write; the simulator's fused add+norm is 4*T*H*2 and is not measured by Vidur); "
-         "rotary 2*T*(q+kv width)*2 (in place); act T*(up_width+ffn)*2; add 3*T*H*2"),
-        ("repeated shapes are kept: the same (m, n, k) from several models (see `source`), and Vidur's token / "
-         "size grids list their range boundaries (e.g. 2048, 4096 tokens) twice"),
-    ]
-    if attention_frames:
-        notes += [
-            ("attention: context = kv_cache_size + prefill_chunk_size (prefill, causal, one sequence); decode "
-             "context_sum = batch_size * (kv_cache_size + 1) (the new token's K/V is appended and attended); "
-             "heads = n_q_head/tp, kv heads = n_kv_head/tp, head_dim = n_embd/n_q_head"),
-            ("attention time_ms = attn_prefill / attn_decode (flash_attn_with_kvcache, KV append included); the "
-             "output copy (attn_output_reshape, median 2-3 %, up to ~20 % on tiny kernels) and input views (attn_input_reshape, 0) are extra "
-             "columns, not in time_ms"),
-        ]
-    if network is not None:
-        notes.append("collectives: num_bytes = Vidur `size` (bytes per GPU buffer); each sample is the median of "
-                     "11 NCCL kernels, 3 samples per row; rows spanning several nodes "
-                     + ("kept (num_nodes column)" if include_multinode else "left out"))
-
+    acc = _Converted()
+    mlp_frames, attention_frames = _read_compute(compute, gpu, acc)
+    network_frames = _read_network(src, gpu, network, include_multinode, acc)
+    counts = _write_classes(out, src, acc)
+    notes = acc.notes + _notes(bool(attention_frames), network, include_multinode)
     meta = {
         "source": SOURCE,
         "source_path": str(src),
@@ -452,13 +371,13 @@ def import_vidur(src: Path, out: Path, *, gpu: str, network: str | None = None,
             "attention": _profile_method(attention_frames, "kineto") if attention_frames else None,
             "network": "kineto (NCCL kernels)" if network_frames else None,
         },
-        "models": models,
+        "models": acc.models,
         "network_topology": network,
         "network_device": NETWORK_DEVICES.get(network) if network else None,
         "imported_by": "lmmsim import-vidur",
         "date": _dt.date.today().isoformat(),
         "rows": counts,
-        "dropped_rows": dropped.counts,
+        "dropped_rows": acc.dropped.counts,
         "notes": notes,
     }
     if gpu == "a100":
@@ -466,3 +385,112 @@ def import_vidur(src: Path, out: Path, *, gpu: str, network: str | None = None,
                              "profiles ran on; hardware names the SXM4 catalog entry")
     opdata.write_meta(out, meta)
     return counts
+
+
+class _Converted:
+    """What an import has converted so far: frames per class, model folders, dropped rows, notes."""
+
+    def __init__(self):
+        self.parts: dict[str, list[pd.DataFrame]] = {}
+        self.models: list[str] = []
+        self.dropped = _Dropped()
+        self.notes: list[str] = []
+
+    def add(self, converted: dict[str, list[pd.DataFrame]]) -> None:
+        for cls, frames in converted.items():
+            self.parts.setdefault(cls, []).extend(frames)
+
+
+def _read_compute(compute: Path, gpu: str, acc: _Converted) -> tuple[list[pd.DataFrame], list[pd.DataFrame]]:
+    """Every ``mlp.csv`` then every ``attention.csv`` under ``compute``; returns the raw tables read."""
+    mlp_frames: list[pd.DataFrame] = []
+    attention_frames: list[pd.DataFrame] = []
+    mlp_paths, attention_paths = sorted(compute.rglob("mlp.csv")), sorted(compute.rglob("attention.csv"))
+    if not mlp_paths and not attention_paths:
+        raise UserError(str(compute), "holds no mlp.csv or attention.csv (Vidur's layout: "
+                                      f"compute/{gpu}/<org>/<model>/mlp.csv and .../attention.csv)")
+    for path in mlp_paths:
+        source = path.parent.relative_to(compute).as_posix()
+        df = _read_mlp(path)
+        mlp_frames.append(df)
+        acc.models.append(source)
+        acc.add(_convert_mlp(df, source, acc.dropped))
+        if "time_stats.post_attention_layernorm.median" not in df.columns:
+            acc.notes.append(f"{source}: parallel attention+MLP block (no post-attention norm); its norm rows are "
+                             "labelled op=layernorm and its `add` (two adds in one timer) is left out")
+    for path in attention_paths:
+        source = path.parent.relative_to(compute).as_posix()
+        df = _read_attention(path)
+        attention_frames.append(df)
+        if source not in acc.models:
+            acc.models.append(source)
+        acc.add(_convert_attention(df, source, acc.dropped))
+    if not attention_frames:
+        acc.notes.append(f"no attention.csv under compute/{gpu}: no attention classes")
+    return mlp_frames, attention_frames
+
+
+def _read_network(src: Path, gpu: str, network: str | None, include_multinode: bool,
+                  acc: _Converted) -> list[pd.DataFrame]:
+    """``all_reduce.csv`` and ``send_recv.csv`` of ``network`` (if any); returns the raw tables read."""
+    network_frames: list[pd.DataFrame] = []
+    if network is None:
+        acc.notes.append(f"no network/{gpu}_dgx and no --network given: no allreduce / p2p rows")
+        return network_frames
+    folder = src / "network" / network
+    for fname, metric, cls in (("all_reduce.csv", "all_reduce", "allreduce"), ("send_recv.csv", "send_recv", "p2p")):
+        path = folder / fname
+        if not path.exists():
+            acc.notes.append(f"network/{network}/{fname} missing: no {cls} rows")
+            continue
+        df = _read(path, _NETWORK_SHAPE, medians=(metric,))
+        network_frames.append(df)
+        acc.parts.setdefault(cls, []).append(
+            _convert_collective(df, metric, cls, network, acc.dropped, include_multinode))
+    return network_frames
+
+
+def _write_classes(out: Path, src: Path, acc: _Converted) -> dict[str, int]:
+    """One CSV per class with rows; ``{class: rows}`` (a UserError when every row was dropped)."""
+    counts: dict[str, int] = {}
+    for cls in ("gemm", "elementwise", "attention_prefill", "attention_decode", "allreduce", "p2p"):
+        frames = [f for f in acc.parts.get(cls, []) if len(f)]
+        if not frames:
+            continue
+        df = pd.concat(frames, ignore_index=True)
+        opdata.write_class(out, cls, df)
+        counts[cls] = len(df)
+    if not counts:
+        raise UserError(str(src), "nothing to import: every row was dropped ("
+                        + "; ".join(f"{c}: {why}" for c, per in acc.dropped.counts.items() for why in per) + ")")
+    return counts
+
+
+def _notes(attention: bool, network: str | None, include_multinode: bool) -> list[str]:
+    """meta.json's notes on the conversion (after those on what was missing)."""
+    notes = [
+        ("times: ms of GPU kernel time; time_ms = Vidur median, time_ms_min/max = Vidur min/max; "
+         "Vidur has no percentiles, so time_ms_p10/p90 are empty"),
+        ("shapes per GPU as lmmsim.costmodel.composed uses them: qkv (tokens, (heads+2*kv_heads)*head_dim/tp, "
+         "hidden), o (tokens, hidden, heads*head_dim/tp), gate_up (tokens, (2 if gated else 1)*ffn/tp, hidden), "
+         "down (tokens, hidden, ffn/tp)"),
+        ("elementwise num_bytes (fp16 = 2 bytes): embedding 2*T*H*2 (gather + write); norm 2*T*H*2 (Vidur's norm "
+         "is unfused, read + write; the simulator's fused add+norm is 4*T*H*2 and is not measured by Vidur); "
+         "rotary 2*T*(q+kv width)*2 (in place); act T*(up_width+ffn)*2; add 3*T*H*2"),
+        ("repeated shapes are kept: the same (m, n, k) from several models (see `source`), and Vidur's token / "
+         "size grids list their range boundaries (e.g. 2048, 4096 tokens) twice"),
+    ]
+    if attention:
+        notes += [
+            ("attention: context = kv_cache_size + prefill_chunk_size (prefill, causal, one sequence); decode "
+             "context_sum = batch_size * (kv_cache_size + 1) (the new token's K/V is appended and attended); "
+             "heads = n_q_head/tp, kv heads = n_kv_head/tp, head_dim = n_embd/n_q_head"),
+            ("attention time_ms = attn_prefill / attn_decode (flash_attn_with_kvcache, KV append included); the "
+             "output copy (attn_output_reshape, median 2-3 %, up to ~20 % on tiny kernels) and input views (attn_input_reshape, 0) are extra "
+             "columns, not in time_ms"),
+        ]
+    if network is not None:
+        notes.append("collectives: num_bytes = Vidur `size` (bytes per GPU buffer); each sample is the median of "
+                     "11 NCCL kernels, 3 samples per row; rows spanning several nodes "
+                     + ("kept (num_nodes column)" if include_multinode else "left out"))
+    return notes

@@ -1,0 +1,5 @@
+import sys
+
+from lmmsim.cli import main
+
+sys.exit(main())
