@@ -19,6 +19,7 @@ from lmmsim.assembly.parts import Parts
 from lmmsim.costmodel.composed import ComposedStepCostModel
 from lmmsim.costmodel.engine_overheads import EngineOverheads
 from lmmsim.costmodel.roofline import RooflinePredictor
+from lmmsim.engine.host import HostPool
 from lmmsim.engine.simulation import Simulation
 from lmmsim.engine.steplog import StepLog
 from lmmsim.errors import UserError, choices
@@ -151,9 +152,16 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
     parts = Parts(scn, model, link, pools, placement, shared, sharing, predictor, costs, memory, encoder_budget,
                   prepared.queue_ctx, prepared.sm_table, StepLog() if step_log else None)
     simulation = Simulation(requests, functools.partial(TOPOLOGIES[scn.deployment.kind], parts), rejected=rejected,
-                            horizon_s=scn.sim.horizon_s, progress=progress)
+                            horizon_s=scn.sim.horizon_s, progress=progress, make_host=_host_stage(scn.host))
     return BuiltRun(scn, model, gpu, placement, memory, requests, rejected, encoder_budget, simulation, parts.log,
                     costs, cost_model_info, prepared.admission)
+
+
+def _host_stage(host):
+    """``make_host(env, deliver)`` for the scenario's host preprocessing stage, or None."""
+    if host.workers is None:
+        return None
+    return lambda env, deliver: HostPool(env, host.workers, host.cost_s, deliver)
 
 
 def simulate_requests(scn, base_dir: Path, requests) -> tuple[list, dict]:

@@ -59,11 +59,23 @@ def run_scenario(scn, base_dir: Path = Path("."), *, progress=None, requests=Non
     summary["deployment"] = deployment_summary(built, result.frontend)
     summary["cost_model"] = {**built.cost_model, "extrapolated_share": _extrapolated_share(built)}
     summary["engine_costs"] = engine_costs_summary(built)
+    host = built.simulation.host
+    if host is not None:
+        summary["host"] = host_summary(host, result.end_at)
     if built.admission is not None:  # RPS-Serve: how requests were classified
         queues = [e.scheduler.queue for e in result.frontend.llm_engines if hasattr(e.scheduler.queue, "class_counts")]
         counts = [sum(c) for c in zip(*(q.class_counts() for q in queues))] if queues else []
         summary["admission"] = {**built.admission.report, "requests_per_class": counts}
     return RunOutput(df, clean_json(summary), built)
+
+
+def host_summary(host, end_at: float) -> dict:
+    """The host preprocessing stage: workers, their busy share over the run, and how
+    long requests queued for one (seconds)."""
+    waits = pd.Series(host.wait_s, dtype=float)
+    return {"workers": host.workers, "busy_share": host.busy_s / (host.workers * end_at) if end_at > 0 else None,
+            "wait_s": {"mean": waits.mean() if len(waits) else None,
+                       "p99": waits.quantile(0.99) if len(waits) else None}}
 
 
 def engine_costs_summary(built) -> dict:

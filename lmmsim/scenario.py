@@ -86,6 +86,21 @@ class SloConfig(_Strict):
         return None if self.tpot_s is None else self.tpot_s * self.scale
 
 
+class HostConfig(_Strict):
+    """Host preprocessing before the GPUs (:mod:`lmmsim.engine.host`): ``workers`` CPU
+    processes (vLLM's API-server processes; None: no host stage), each request
+    holding one for ``per_request_s`` (tokenisation, request handling) plus
+    ``per_item_s`` per media item (decode + the model's processor). Constant costs
+    are a what-if knob; set them from a measurement (``profiles/host/``)."""
+
+    workers: PositiveInt | None = None
+    per_request_s: float = Field(0.0, ge=0)
+    per_item_s: float = Field(0.0, ge=0)
+
+    def cost_s(self, request) -> float:
+        return self.per_request_s + self.per_item_s * len(request.media_segments)
+
+
 class SimConfig(_Strict):
     horizon_s: PositiveFloat | None = None  # stop the clock here; later requests are reported unfinished
     fast_forward: bool = True  # apply decode-only stretches as one event (exact)
@@ -113,6 +128,7 @@ def _scenario_cls_for(version: int):
         sim: SimConfig = SimConfig()
         # Per-step engine costs beyond the kernels (lmmsim.costmodel.engine_overheads).
         engine: EngineCostsConfig = EngineCostsConfig()
+        host: HostConfig = HostConfig()
 
         @field_validator("name")
         @classmethod

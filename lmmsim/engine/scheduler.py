@@ -71,6 +71,7 @@ class SeqState:
         "in_decode", "cohort", "dec_base", "gen_base", "finish_step", "num_blocks", "busy", "in_flight",
         "prefill_started_at", "first_token_at", "finished_at",
         "encode_started_at", "encode_finished_at", "num_preemptions", "replica", "status", "reject_reason",
+        "preprocess_started_at", "preprocess_finished_at",
     )
 
     def __init__(self, request: Request, replica: int = 0):
@@ -98,6 +99,8 @@ class SeqState:
         self.replica = replica
         self.status = "waiting"
         self.reject_reason = None  # why it was refused at arrival (status "rejected")
+        self.preprocess_started_at = NAN  # host preprocessing (lmmsim.engine.host), when the stage exists
+        self.preprocess_finished_at = NAN
 
     @property
     def num_tokens(self) -> int:

@@ -94,6 +94,7 @@ class Simulation:
         rejected: dict[int, str] | None = None,
         horizon_s: float | None = None,
         progress: Callable[[int, int], None] | None = None,
+        make_host: Callable | None = None,
     ):
         self.requests = requests
         self.rejected = rejected or {}
@@ -104,10 +105,19 @@ class Simulation:
         self._next_arrival_at = requests[0].arrived_at if requests else math.inf
         self._horizon = math.inf if horizon_s is None else horizon_s
         self.num_done = 0
-        self.frontend = make_frontend(self.env, self._on_finish, self._barrier_at)
+        # ``make_host(env, deliver)``: the host preprocessing stage in front of the deployment, or None
+        self.host = None
+        barrier = self._barrier_at if make_host is None else self._barrier_with_host
+        self.frontend = make_frontend(self.env, self._on_finish, barrier)
+        if make_host is not None:
+            self.host = make_host(self.env, self.frontend.arrive)
 
     def _barrier_at(self) -> float:
         return min(self._next_arrival_at, self._horizon)
+
+    def _barrier_with_host(self) -> float:
+        """As :meth:`_barrier_at`, and the next request to leave host preprocessing."""
+        return min(self._next_arrival_at, self._horizon, self.host.next_delivery_at())
 
     def _on_finish(self, seq: SeqState) -> None:
         self.num_done += 1
@@ -116,7 +126,7 @@ class Simulation:
 
     def _arrivals(self):
         env = self.env
-        frontend = self.frontend
+        enter = self.host.submit if self.host is not None else self.frontend.arrive
         seqs = self.seqs
         requests = self.requests
         n = len(requests)
@@ -129,7 +139,7 @@ class Simulation:
                 seq.reject_reason = reason
                 self._on_finish(seq)
                 continue
-            frontend.arrive(seq)
+            enter(seq)
 
     def run(self) -> SimulationResult:
         wall0 = time.perf_counter()

@@ -1,7 +1,7 @@
 """Per-request records: engine states -> one pandas row per request.
 
 Times are simulated seconds. A request that never reached a stage has NaN in
-that stage's column; ``status`` says how it ended (``finished``; ``rejected``
+that stage's column (``preprocess_*``: NaN in a run without a host stage); ``status`` says how it ended (``finished``; ``rejected``
 at arrival, with ``reject_reason``; ``unfinished``: arrived before the horizon
 and still in the system there; ``not_arrived``: arrival past the horizon; see
 :mod:`lmmsim.engine.simulation`).
@@ -14,7 +14,8 @@ import pandas as pd
 
 COLUMNS = (
     "request_id", "class_name", "modality", "status", "reject_reason", "replica",
-    "arrived_at", "encode_started_at", "encode_finished_at", "prefill_started_at",
+    "arrived_at", "preprocess_started_at", "preprocess_finished_at",
+    "encode_started_at", "encode_finished_at", "prefill_started_at",
     "first_token_at", "finished_at",
     "num_prompt_tokens", "num_text_tokens", "num_mm_tokens", "num_media_items",
     "num_output_tokens", "num_preemptions",
@@ -34,6 +35,8 @@ def requests_frame(seqs) -> pd.DataFrame:
         cols["reject_reason"].append(s.reject_reason)
         cols["replica"].append(s.replica)
         cols["arrived_at"].append(r.arrived_at)
+        cols["preprocess_started_at"].append(s.preprocess_started_at)
+        cols["preprocess_finished_at"].append(s.preprocess_finished_at)
         cols["encode_started_at"].append(s.encode_started_at)
         cols["encode_finished_at"].append(s.encode_finished_at)
         cols["prefill_started_at"].append(s.prefill_started_at)
