@@ -78,6 +78,37 @@ def cmd_profile(args) -> int:
     return 0
 
 
+def cmd_profile_host(args) -> int:
+    from lmmsim import catalog
+    from lmmsim.costmodel import opdata
+    from lmmsim.outputs import OutputDir
+
+    if args.max_minutes is not None and not args.max_minutes > 0:
+        raise UserError("--max-minutes", f"must be > 0 (got {args.max_minutes})")
+    try:
+        import av  # noqa: F401
+        import PIL  # noqa: F401
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+
+        from lmmsim.profiler.host import OUTPUT_FILES, profile_host
+    except ImportError as exc:  # optional: the profile extra
+        raise UserError("profile-host", f"needs Pillow, av, torch and transformers ({exc.name} missing): "
+                                        "pip install 'lmmsim[profile]'") from None
+    out = Path(args.output or catalog.profiles_dir() / "host" / "cpu")
+    out_dir = OutputDir(out, force=args.force, key="-o")
+    out_dir.check(*OUTPUT_FILES)  # a user's file in the way stops us before minutes of measuring
+    command = (f"lmmsim profile-host -o {out}" + (" --quick" if args.quick else "")
+               + (f" --max-minutes {args.max_minutes:g}" if args.max_minutes else "") + (" --force" if args.force else ""))
+    with opdata.staged_output(out_dir) as stage:
+        meta = profile_host(stage, quick=args.quick, max_minutes=args.max_minutes or 6.0, command=command)
+    print(f"host preprocessing profile written to {out}/ ({meta['cpu_model']}, {meta['cpu_count']} cores, "
+          f"{meta['torch_threads']} torch thread, {meta['elapsed_s']:.0f} s)")
+    for note in meta["skipped"]:
+        print(f"  skipped: {note}")
+    return 0
+
+
 def _profile_folder(name_or_dir: str) -> Path:
     from lmmsim import catalog
 

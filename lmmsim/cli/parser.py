@@ -10,7 +10,8 @@ import argparse
 
 from lmmsim import __version__
 from lmmsim.cli.calibrate import (
-    cmd_admission_profile, cmd_fit, cmd_import_aiconfigurator, cmd_import_vidur, cmd_profile, cmd_validate_costmodel,
+    cmd_admission_profile, cmd_fit, cmd_import_aiconfigurator, cmd_import_vidur, cmd_profile, cmd_profile_host,
+    cmd_validate_costmodel,
 )
 from lmmsim.cli.experiments import cmd_reproduce, cmd_search, cmd_sweep
 from lmmsim.cli.run import cmd_list, cmd_plot, cmd_run, cmd_validate, cmd_workload
@@ -156,7 +157,7 @@ def _add_experiment_commands(sub) -> None:
 
 
 def _add_calibrate_commands(sub) -> None:
-    """profile, fit, import-vidur, import-aiconfigurator, validate-costmodel: the cost model's data."""
+    """profile, profile-host, fit, import-vidur, import-aiconfigurator, validate-costmodel: the cost model's data."""
     p = sub.add_parser("profile", help="time a model's operators on this machine's CPU or GPU (needs torch)",
                        description="Build the models' real layer shapes with random weights and time every "
                                    "operator class the cost model uses; writes one CSV per class and meta.json.")
@@ -171,6 +172,16 @@ def _add_calibrate_commands(sub) -> None:
                    help="also time whole forward passes of the reference models (composition check)")
     p.add_argument("--force", action="store_true", help="write into a folder that holds files, replacing only those lmmsim wrote there")
     p.set_defaults(func=cmd_profile)
+
+    p = sub.add_parser("profile-host", help="time multimodal host preprocessing (decode, HF processors) on this CPU",
+                       description="Decode images, videos and audio and run each catalog family's transformers "
+                                   "processor on CPU (one torch thread); writes one CSV per operation, fit.json "
+                                   "and meta.json (see lmmsim/profiler/host.py).")
+    p.add_argument("-o", "--output", help="profile folder (default: profiles/host/cpu/)")
+    p.add_argument("--quick", action="store_true", help="tiny inputs, 1-2 repeats (seconds; for tests)")
+    p.add_argument("--max-minutes", type=float, help="time budget shared by all measurements (default 6)")
+    p.add_argument("--force", action="store_true", help="write into a folder that holds files, replacing only those lmmsim wrote there")
+    p.set_defaults(func=cmd_profile_host)
 
     p = sub.add_parser("fit", help="fit operator cost models to a profile (scikit-learn)",
                        description="Per operator class: fit a roofline, a polynomial and a random-forest model, "
