@@ -208,11 +208,14 @@ MISSING_SOURCES_HINT = 'every catalog file cites its figures, see README "Catalo
 
 
 def profiles_dir() -> Path:
-    """The catalog root: ``$LMMSIM_PROFILES`` or the repository's ``profiles/``."""
+    """The catalog root: ``$LMMSIM_PROFILES``, the checkout's ``profiles/``, or -- installed
+    from a wheel -- the copy packaged as ``lmmsim/_catalog`` (see setup.py)."""
     env = os.environ.get("LMMSIM_PROFILES")
     if env:
         return Path(env)
-    return Path(__file__).resolve().parent.parent / "profiles"
+    here = Path(__file__).resolve().parent
+    checkout = here.parent / "profiles"
+    return checkout if checkout.is_dir() else here / "_catalog"
 
 
 def _shown(path: Path) -> Path:
