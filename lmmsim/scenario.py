@@ -20,11 +20,10 @@ from __future__ import annotations
 import copy
 import functools
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Literal
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator)
 
 from lmmsim import policies
 from lmmsim.costmodel.engine_overheads import EngineCostsConfig

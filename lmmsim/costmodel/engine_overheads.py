@@ -68,7 +68,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, PositiveInt
+from pydantic import BaseModel, ConfigDict, NonNegativeFloat, PositiveInt
 
 #: vLLM's default largest CUDA-graph capture size (``min(2 * max_num_seqs, 512)``).
 VLLM_MAX_CAPTURE_SIZE = 512
