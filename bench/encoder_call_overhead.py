@@ -1,11 +1,13 @@
 """What-if: RServe's Fig. 16 (low-quality items) with a host-side cost per encoder call.
 
-Our GPU cost model has no per-call host overhead (scheduling, launches, input
-staging), so encoding twenty 32-token items one at a time costs little more
-than one batch of twenty, and TTFT only rises with the embedding batch size C.
-This reruns the Fig. 16b sweep (two requests of ~2k text tokens and 20 items of
-32 tokens, Qwen2.5-VL-72B, PP4 + E1) with ``deployment.encoder.call_overhead_s``
-set to each value given, and prints mean TTFT per C.
+An encoder call pays the host time lmmsim models from mechanisms (PCIe copy of
+its inputs, eager kernel issue beyond what its kernels hide:
+lmmsim.costmodel.encoder_call), which for a small batch is about its GPU pass,
+so encoding twenty 32-token items one at a time costs little more than one batch
+of twenty. This reruns the Fig. 16b sweep (two requests of ~2k text tokens and 20
+items of 32 tokens, Qwen2.5-VL-72B, PP4 + E1) with ``deployment.encoder.call_overhead_s``
+(extra host seconds per call, a what-if) set to each value given, and prints mean
+TTFT per C.
 
     python bench/encoder_call_overhead.py [--overheads 0 0.005 0.02]
 """

@@ -15,11 +15,12 @@ from pathlib import Path
 
 from lmmsim import catalog
 from lmmsim.assembly import TOPOLOGIES
+from lmmsim.assembly.host_stage import host_profile_folder, host_stage
 from lmmsim.assembly.parts import Parts
 from lmmsim.costmodel.composed import ComposedStepCostModel
+from lmmsim.costmodel.encoder_call import encoder_call_costs, encoder_variant
 from lmmsim.costmodel.engine_overheads import EngineOverheads
 from lmmsim.costmodel.roofline import RooflinePredictor
-from lmmsim.engine.host import HostPool
 from lmmsim.engine.simulation import Simulation
 from lmmsim.engine.steplog import StepLog
 from lmmsim.errors import UserError, choices
@@ -46,6 +47,7 @@ class BuiltRun:
     costs: dict = field(default_factory=dict)
     cost_model: dict = field(default_factory=dict)
     admission: object = None  # RPS-Serve's fitted profile/estimator/classifier (lmmsim.rps.admission)
+    host: object = None  # the host preprocessing stage (lmmsim.assembly.host_stage), or None
 
     @property
     def num_gpus(self) -> int:
@@ -142,26 +144,23 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
     model, gpu, link = _resolve(scn)
     pools, placement, shared, sharing = _layout(scn, model)
     predictor, cost_model_info = make_predictor(scn.hardware.cost_model, gpu, link, base_dir)
-    costs, memory = _plan_costs(scn, model, gpu, pools, shared, predictor)
+    costs, memory = _plan_costs(scn, model, gpu, pools, shared, predictor,
+                                host_profile_folder(scn.host.profile, base_dir))
     requests = _requests(scn, model, base_dir) if requests is None else requests
     max_len = next(iter(memory.values())).max_model_len
     hidden_bytes = model.llm.hidden_size * catalog.BYTES_PER_PARAM_BF16
     rejected = refusals(requests, max_len, scn.deployment if "encoder" in pools else None, hidden_bytes)
     encoder_budget = _encoder_budget(scn.policy.batching, requests, rejected)
     prepared = prepare(scn, base_dir, pools, costs, requests, simulate_requests)
+    log = StepLog() if step_log else None
+    host = host_stage(scn, model, base_dir, pools, log)
     parts = Parts(scn, model, link, pools, placement, shared, sharing, predictor, costs, memory, encoder_budget,
-                  prepared.queue_ctx, prepared.sm_table, StepLog() if step_log else None)
+                  prepared.queue_ctx, prepared.sm_table, log, host)
     simulation = Simulation(requests, functools.partial(TOPOLOGIES[scn.deployment.kind], parts), rejected=rejected,
-                            horizon_s=scn.sim.horizon_s, progress=progress, make_host=_host_stage(scn.host))
+                            horizon_s=scn.sim.horizon_s, progress=progress,
+                            make_host=host.make_front if host is not None else None)
     return BuiltRun(scn, model, gpu, placement, memory, requests, rejected, encoder_budget, simulation, parts.log,
-                    costs, cost_model_info, prepared.admission)
-
-
-def _host_stage(host):
-    """``make_host(env, deliver)`` for the scenario's host preprocessing stage, or None."""
-    if host.workers is None:
-        return None
-    return lambda env, deliver: HostPool(env, host.workers, host.cost_s, deliver)
+                    costs, cost_model_info, prepared.admission, host)
 
 
 def simulate_requests(scn, base_dir: Path, requests) -> tuple[list, dict]:
@@ -209,8 +208,9 @@ def _pool_keys(dep) -> dict:
     return {"llm": "deployment"} if dep.kind == "monolithic" else {}
 
 
-def _plan_costs(scn, model, gpu, pools, shared, predictor):
-    """Step cost models and memory plans of every pool; raises if a worker does not fit."""
+def _plan_costs(scn, model, gpu, pools, shared, predictor, host_folder):
+    """Step cost models and memory plans of every pool; raises if a worker does not fit.
+    ``host_folder``: the host profile, whose eager-layer timings price encoder calls."""
     dep, batching = scn.deployment, scn.policy.batching
     keys = _pool_keys(dep)
     costs: dict = {}
@@ -239,6 +239,10 @@ def _plan_costs(scn, model, gpu, pools, shared, predictor):
     if "encoder" in pools:
         check_encoder_memory(dep, model, gpu, pools["encoder"].tp)
         costs["encoder"] = ComposedStepCostModel(model, gpu, pools["encoder"].tp, predictor, encoder_only=True)
+    for name in local_encode | ({"encoder"} & set(pools)):
+        if name in costs:
+            costs[name].encoder_call = encoder_call_costs(model, gpu, pools[name].tp, scn.engine, host_folder,
+                                                          scn.host.cpu_speed, encoder_variant(model))
     return costs, memory
 
 

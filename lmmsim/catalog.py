@@ -55,6 +55,20 @@ class RooflineEfficiency(_Strict):
     kernel_launch_us: float = Field(ge=0)
 
 
+class HostCpuSpec(_Strict):
+    """The host CPUs of the reference server a GPU ships in (for sizing host preprocessing;
+    lmmsim's host costs come from a measured profile and ``host.cpu_speed``, not from these)."""
+
+    server: str
+    cpu: str
+    cores_per_node: PositiveInt
+    gpus_per_node: PositiveInt
+
+    @property
+    def cores_per_gpu(self) -> float:
+        return self.cores_per_node / self.gpus_per_node
+
+
 class GpuSpec(_Strict):
     name: str
     display_name: str
@@ -67,6 +81,7 @@ class GpuSpec(_Strict):
     # Fitted operator models (``lmmsim fit``), relative to the profiles folder;
     # used by default when present (scenario key hardware.cost_model).
     fitted_profile: str | None = None
+    host_cpu: HostCpuSpec | None = None  # the reference server's CPUs, where one is published
     sources: dict[str, str]
 
     @property

@@ -39,6 +39,11 @@ class MemorySettings(_Strict):
     block_size: PositiveInt = 16
     max_model_len: PositiveInt | None = None  # default: the model's max context
     activation_reserve_gib: float | None = Field(None, ge=0)  # default: vLLM profile-run estimate (lmmsim.placement)
+    # Encoder cache of each engine that runs the encoder (monolithic replica, p_d prefill
+    # worker, encoder worker), in LLM tokens: media items with a media_id it still holds
+    # skip the encoder (lmmsim.engine.media_cache). None: vLLM's size, the encoder budget;
+    # 0: no reuse. Its GPU memory (tokens x hidden x 2 B) is not taken from the KV cache.
+    encoder_cache_tokens: NonNegativeInt | None = None
 
 
 class SharingConfig(_Strict):
@@ -91,11 +96,12 @@ class EncoderPoolConfig(_Strict):
     # One transfer per destination LLM worker for all requests of an encoder batch
     # (EAServe's envelope), instead of one per request.
     envelope_transfer: bool = False
-    # Host-side seconds per encoder call before its GPU pass (scheduling, kernel
-    # launches, input staging; EAServe 3.2: what dominates small batches). Not in
-    # the GPU cost model; 0 unless measured for your stack. On a GPU shared with
-    # local prefill the call keeps its SM share meanwhile (sm_split), with no SM
-    # busy; time-sliced, the other tenant runs meanwhile.
+    # A what-if knob: extra host seconds per encoder call before its GPU pass, on top
+    # of what lmmsim models from mechanisms (the processed tensors' PCIe copy and eager
+    # kernel issue, lmmsim.costmodel.encoder_call; media preprocessing is the host
+    # stage's, scenario key host). No reproduction uses it. On a GPU shared with local
+    # prefill the call keeps its SM share meanwhile (sm_split), with no SM busy;
+    # time-sliced, the other tenant runs meanwhile.
     call_overhead_s: float = Field(0.0, ge=0)
 
     @property

@@ -46,9 +46,10 @@ def prepare_sm_table(dep, pools: dict, costs: dict, requests):
 
     The encoder cost of the workload's most common media item, probed at
     ``sm_levels`` for batches of 1 to the dispatch bound (requests; 16 without
-    one) items. The latency probed is a whole call's, host-side time
-    (``call_overhead_s``, SM-independent) included, as a real profile of
-    encode-only passes measures it.
+    one) items. Only the GPU work is probed: host time of a call (copies, kernel
+    issue, ``call_overhead_s``) does not depend on the SM share, and counting it
+    would flatten every level's latency towards the same constant, so that the
+    table would hand encode the smallest share whatever its kernels need.
     """
     lp = getattr(dep, "local_prefill", None)
     if lp is None or lp.sm_partitioning != "dynamic":
@@ -61,9 +62,7 @@ def prepare_sm_table(dep, pools: dict, costs: dict, requests):
     enc_pool = pools["encoder"]
     work = works.most_common(1)[0][0]
     max_batch = getattr(enc_pool.dispatch, "max_batch", None) or 16
-    gpu_latency = encode_latency_from_parts(parts_from_cost_model(costs["encoder"], work))
-    overhead = enc_pool.call_overhead_s
-    latency = (lambda b, x: overhead + gpu_latency(b, x)) if overhead else gpu_latency
+    latency = encode_latency_from_parts(parts_from_cost_model(costs["encoder"], work))
     return build_sm_table(latency, levels=lp.sm_levels, max_batch=max_batch, tolerance=lp.sm_tolerance)
 
 

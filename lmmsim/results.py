@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from lmmsim.build import build
+from lmmsim.engine.media_cache import combined_stats
 from lmmsim.outputs import OutputDir, atomic_path
 from lmmsim.metrics.records import requests_frame
 from lmmsim.metrics.summary import clean_json, summarize
@@ -57,11 +58,13 @@ def run_scenario(scn, base_dir: Path = Path("."), *, progress=None, requests=Non
     summary["sim_steps"] = sum(e.num_steps for e in engines)
     summary["sim_end_at_s"] = result.end_at
     summary["deployment"] = deployment_summary(built, result.frontend)
+    caches = encoder_caches(result.frontend)
+    if caches:
+        summary["encoder_cache"] = combined_stats(caches)
     summary["cost_model"] = {**built.cost_model, "extrapolated_share": _extrapolated_share(built)}
     summary["engine_costs"] = engine_costs_summary(built)
-    host = built.simulation.host
-    if host is not None:
-        summary["host"] = host_summary(host, result.end_at)
+    if built.host is not None:
+        summary["host"] = host_summary(built.host, result.end_at)
     if built.admission is not None:  # RPS-Serve: how requests were classified
         queues = [e.scheduler.queue for e in result.frontend.llm_engines if hasattr(e.scheduler.queue, "class_counts")]
         counts = [sum(c) for c in zip(*(q.class_counts() for q in queues))] if queues else []
@@ -69,13 +72,40 @@ def run_scenario(scn, base_dir: Path = Path("."), *, progress=None, requests=Non
     return RunOutput(df, clean_json(summary), built)
 
 
-def host_summary(host, end_at: float) -> dict:
-    """The host preprocessing stage: workers, their busy share over the run, and how
-    long requests queued for one (seconds)."""
-    waits = pd.Series(host.wait_s, dtype=float)
-    return {"workers": host.workers, "busy_share": host.busy_s / (host.workers * end_at) if end_at > 0 else None,
+def host_summary(stage, end_at: float) -> dict:
+    """The host preprocessing stage: where it runs, what prices it, and per pool its
+    processes, their busy share over the run and how long jobs queued for one (seconds).
+    With ``encode_worker`` placement, ``share_of_encode_worker_time``: host seconds over
+    host + GPU seconds of the encoder workers."""
+    out = {**stage.describe(), "api_server": _pool_summary(stage.front, end_at)}
+    if stage.encoder_pools:
+        pools = [pool for _, pool in stage.encoder_pools]
+        host_s = sum(p.busy_s for p in pools)
+        gpu_s = sum(w.busy_s for w, _ in stage.encoder_pools)
+        out["encode_worker"] = {**_pool_summary(pools, end_at),
+                                "share_of_encode_worker_time": host_s / (host_s + gpu_s) if host_s + gpu_s else None}
+    return out
+
+
+def _pool_summary(pools, end_at: float) -> dict:
+    pools = pools if isinstance(pools, list) else [pools]
+    workers = sum(p.workers for p in pools)
+    waits = pd.Series([w for p in pools for w in p.wait_s], dtype=float)
+    return {"workers": workers,
+            "busy_share": sum(p.busy_s for p in pools) / (workers * end_at) if end_at > 0 else None,
             "wait_s": {"mean": waits.mean() if len(waits) else None,
                        "p99": waits.quantile(0.99) if len(waits) else None}}
+
+
+def encoder_caches(frontend) -> list:
+    """The encoder caches of a run's workers (lmmsim.engine.media_cache), one per engine
+    that runs the encoder: replicas / prefill workers encoding locally, encoder workers."""
+    caches = []
+    for worker in frontend.workers:
+        owner = getattr(worker, "scheduler", worker)
+        if getattr(owner, "encoder_cache", None) is not None:
+            caches.append(owner.encoder_cache)
+    return caches
 
 
 def engine_costs_summary(built) -> dict:

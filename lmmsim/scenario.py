@@ -28,6 +28,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, 
 from lmmsim import policies
 from lmmsim.costmodel.engine_overheads import EngineCostsConfig
 from lmmsim.deployments import DeploymentConfig, MonolithicDeployment
+from lmmsim.engine.media_cache import ProcessorCacheConfig
 from lmmsim.config_errors import describe, most_specific
 from lmmsim.errors import UserError
 from lmmsim.yamlio import read_yaml
@@ -86,18 +87,37 @@ class SloConfig(_Strict):
 
 
 class HostConfig(_Strict):
-    """Host preprocessing before the GPUs (:mod:`lmmsim.engine.host`): ``workers`` CPU
-    processes (vLLM's API-server processes; None: no host stage), each request
-    holding one for ``per_request_s`` (tokenisation, request handling) plus
-    ``per_item_s`` per media item (decode + the model's processor). Constant costs
-    are a what-if knob; set them from a measurement (``profiles/host/``)."""
+    """Host (CPU) preprocessing before the GPUs (:mod:`lmmsim.engine.host`,
+    :mod:`lmmsim.assembly.host_stage`).
 
-    workers: PositiveInt | None = None
-    per_request_s: float = Field(0.0, ge=0)
-    per_item_s: float = Field(0.0, ge=0)
+    ``placement``: where media decode + the model's processor run. ``api_server``:
+    in the front end's ``workers`` processes (vLLM's ``--api-server-count``, default
+    1), which also tokenise every prompt; ``encode_worker``: inside each encoder
+    worker, ``encode_worker_processes`` processes each, before its GPU calls (Dynamo's
+    encode worker), the front end tokenising only; ``auto`` (default):
+    ``encode_worker`` when the deployment has an encoder pool, else ``api_server``;
+    ``none``: no host stage. Costs come from the measured profile ``profile`` (a folder
+    under ``profiles/host/`` or a path) divided by ``cpu_speed``, the serving CPU's
+    speed relative to the profiled one (1: the profiled CPU, a 2-core cloud VM;
+    see ``profiles/host/cpu/README.md``). ``per_request_s`` / ``per_item_s``
+    replace the measured costs by constants (a what-if knob)."""
 
-    def cost_s(self, request) -> float:
-        return self.per_request_s + self.per_item_s * len(request.media_segments)
+    placement: Literal["auto", "api_server", "encode_worker", "none"] = "auto"
+    workers: PositiveInt = 1
+    encode_worker_processes: PositiveInt = 1
+    profile: str = "cpu"
+    cpu_speed: PositiveFloat = 1.0
+    image_format: Literal["jpeg", "png"] = "jpeg"
+    processor: Literal["slow", "fast"] = "slow"
+    per_request_s: float | None = Field(None, ge=0)
+    per_item_s: float | None = Field(None, ge=0)
+    # vLLM's multimodal processor cache (mm_processor_cache_gb): a media id seen recently skips
+    # the processor (not the decode); see lmmsim.engine.media_cache
+    processor_cache: ProcessorCacheConfig = ProcessorCacheConfig()
+
+    @property
+    def constant(self) -> bool:
+        return self.per_request_s is not None or self.per_item_s is not None
 
 
 class SimConfig(_Strict):

@@ -278,6 +278,9 @@ class _Cost:
     def encode_s(self, works):
         return 0.05
 
+    def encode_host_s(self, works):
+        return 0.0
+
 
 def test_encoder_worker_tells_the_dispatcher_and_sleeps_until_the_gap():
     env = SimEnvironment()

@@ -132,15 +132,17 @@ def test_local_prefill_errors(scenario_file, capsys, tmp_path):
 
 
 def test_an_encoder_call_holds_its_sm_share_through_its_host_time(scenario_file, share_calls):
-    # dynamic: the split is installed when the call starts, call_overhead_s before its GPU pass; with
-    # 0.5 s of host time per call the probed latencies barely depend on SMs, so the table hands
-    # every batch the smallest level and local prefill the rest
+    # dynamic: the split is installed when the call starts, its host time (call_overhead_s plus the
+    # call's copies and kernel issue, milliseconds) before its GPU pass, and held throughout
     scn, base = load_scenario(scenario_file, ["deployment.encoder.call_overhead_s=0.5"])
     out = run_scenario(scn, base, trace=True)
     assert (out.requests["status"] == "finished").all()
     passes = [r for r in out.built.step_log if r.worker == "encoder0"]
-    installs = {round(t, 9): s["encoder0"] for g, t, s in share_calls if g == 0 and s.get("encoder0", 0) > 0}
-    assert passes and all(installs.get(round(r.start_at - 0.5, 9)) == 0.2 for r in passes)
+    installs = [(t, s["encoder0"]) for g, t, s in share_calls if g == 0 and "encoder0" in s]
+    assert passes
+    for r in passes:
+        t, share = [i for i in installs if i[0] <= r.start_at - 0.5 + 1e-9][-1]  # the call's own install
+        assert share > 0 and 0.5 - 1e-9 <= r.start_at - t < 0.52
 
 
 def test_local_prefill_keeps_a_sliver_when_encode_takes_every_sm(scenario_file, share_calls):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from lmmsim.costmodel.engine_overheads import EngineCostsConfig
 from lmmsim.results import run_scenario
 from lmmsim.scenario import scenario_cls, validate_scenario
 
@@ -149,6 +150,10 @@ def test_e_p_d_with_a_multimodal_model_is_unchanged():
                         "output_tokens": {"kind": "uniform", "low": 1, "high": 120}}}
     if "engine" in scenario_cls().model_fields:  # per-step engine costs came later: the kernels only
         raw["engine"] = {"cudagraph_padding": False, "collective_launch_us": 0, "kv_write": "off"}
+        if "encoder_h2d" in EngineCostsConfig.model_fields:  # encoder-call host costs came later still
+            raw["engine"].update(encoder_h2d=False, encoder_launch_us=0)
+    if "host" in scenario_cls().model_fields:  # host preprocessing came later too
+        raw["host"] = {"placement": "none"}
     s = run_scenario(validate_scenario(raw)).summary
     got = {"sim_end_at_s": s["sim_end_at_s"], "sim_steps": s["sim_steps"],
            "num_kv_transfers": s["deployment"]["num_kv_transfers"],

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from lmmsim import policies
 from lmmsim.assembly.colocation import Colocation
-from lmmsim.assembly.parts import Parts, make_engine, worker_name
+from lmmsim.assembly.parts import Parts, encoder_cache, make_engine, worker_name
 from lmmsim.engine.disaggregation import DisaggregatedFrontend, EmbeddingInbox, egress
 from lmmsim.engine.encoder import EncoderWorker
 from lmmsim.placement import GIB
@@ -83,7 +83,9 @@ def _encoders(parts, colocation, calls, env, local_target: list[int], n_remote: 
         workers.append(EncoderWorker(
             env, e, f"encoder{e}", parts.costs["encoder"], policies.create("encode_dispatch", enc_pool.dispatch),
             ids, calls.on_encoded(e), step_log=parts.log, run=colocation.runner(f"encoder{e}", ids), split=split,
-            call_overhead_s=enc_pool.call_overhead_s))
+            call_overhead_s=enc_pool.call_overhead_s, encoder_cache=encoder_cache(parts)))
+        if parts.host is not None:
+            parts.host.attach_encoder(env, workers[-1])
     return workers
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from lmmsim import catalog, policies
 from lmmsim.engine.kv_cache import BlockPool
+from lmmsim.engine.media_cache import MediaCache
 from lmmsim.engine.pipeline import PipelineEngine
 from lmmsim.engine.replica import Replica
 from lmmsim.engine.steplog import StepLog, StepRecord
@@ -34,6 +35,7 @@ class Parts:
     queue_ctx: dict = field(default_factory=dict)  # what the prepare phase computed for the queue policy
     sm_table: object = None  # EAServe's SM table (prepared), or None
     log: StepLog | None = None
+    host: object = None  # the host preprocessing stage (lmmsim.assembly.host_stage), or None
 
     @property
     def monolithic(self) -> bool:
@@ -50,6 +52,16 @@ class Parts:
     @property
     def on_transfer(self):
         return self.log_transfer if self.log is not None else None
+
+
+def encoder_cache(parts: Parts) -> MediaCache | None:
+    """A new, empty encoder cache for one engine that runs the encoder (None: the model has
+    none). Capacity ``deployment.encoder_cache_tokens``, by default the encoder budget --
+    vLLM's ``max(max_num_batched_tokens, largest item)`` when neither is set."""
+    if parts.model.encoder is None:
+        return None
+    tokens = parts.scn.deployment.encoder_cache_tokens
+    return MediaCache(parts.encoder_budget if tokens is None else tokens)
 
 
 def make_engine(parts: Parts, colocation, env, pool_name: str, index: int, on_finish, barrier_at, *, media,
@@ -71,6 +83,7 @@ def make_engine(parts: Parts, colocation, env, pool_name: str, index: int, on_fi
         media=media,
         prefill_only=prefill_only,
         prefill_throttle=(batching.min_prefill_tokens, batching.token_budget) if choice.throttled else None,
+        encoder_cache=encoder_cache(parts) if media == "local" else None,
         **choice.extra,
     )
     cost = parts.costs[pool_name]

@@ -88,22 +88,32 @@ def cmd_profile_host(args) -> int:
     try:
         import av  # noqa: F401
         import PIL  # noqa: F401
+        import tokenizers  # noqa: F401
         import torch  # noqa: F401
         import transformers  # noqa: F401
 
+        from lmmsim.profiler import host_merge
         from lmmsim.profiler.host import OUTPUT_FILES, profile_host
     except ImportError as exc:  # optional: the profile extra
-        raise UserError("profile-host", f"needs Pillow, av, torch and transformers ({exc.name} missing): "
-                                        "pip install 'lmmsim[profile]'") from None
+        raise UserError("profile-host", f"needs Pillow, av, torch, transformers and tokenizers ({exc.name} "
+                                        "missing): pip install 'lmmsim[profile]'") from None
+    sections = host_merge.parse_only(args.only) if args.only is not None else None
     out = Path(args.output or catalog.profiles_dir() / "host" / "cpu")
     out_dir = OutputDir(out, force=args.force, key="-o")
     out_dir.check(*OUTPUT_FILES)  # a user's file in the way stops us before minutes of measuring
+    if sections:
+        host_merge.check_previous(out, sections)  # and so does a profile with nothing to merge into
     command = (f"lmmsim profile-host -o {out}" + (" --quick" if args.quick else "")
-               + (f" --max-minutes {args.max_minutes:g}" if args.max_minutes else "") + (" --force" if args.force else ""))
+               + (f" --max-minutes {args.max_minutes:g}" if args.max_minutes else "")
+               + (f" --only {','.join(sections)}" if sections else "") + (" --force" if args.force else ""))
     with opdata.staged_output(out_dir) as stage:
-        meta = profile_host(stage, quick=args.quick, max_minutes=args.max_minutes or 6.0, command=command)
+        meta = profile_host(stage, quick=args.quick, max_minutes=args.max_minutes or 6.0, command=command,
+                            sections=sections)
+        if sections:
+            host_merge.merge_previous(out, stage, sections)
     print(f"host preprocessing profile written to {out}/ ({meta['cpu_model']}, {meta['cpu_count']} cores, "
-          f"{meta['torch_threads']} torch thread, {meta['elapsed_s']:.0f} s)")
+          f"{meta['torch_threads']} torch thread, {meta['elapsed_s']:.0f} s"
+          + (f"; {', '.join(sections)} measured again, the rest kept" if sections else "") + ")")
     for note in meta["skipped"]:
         print(f"  skipped: {note}")
     return 0

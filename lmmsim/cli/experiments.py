@@ -29,7 +29,8 @@ def cmd_reproduce(args) -> int:
     from lmmsim.reproduce import reproduce
 
     out = Path(args.output)
-    report = reproduce(args.paper, out, quick=args.quick, jobs=args.jobs, figures=args.figures, force=args.force)
+    report = reproduce(args.paper, out, quick=args.quick, jobs=args.jobs, figures=args.figures, force=args.force,
+                       sets=tuple(args.overrides))
     print(report.read_text())
     print(f"figures and report in {out}/")
     return 0

@@ -119,7 +119,9 @@ def _add_experiment_commands(sub) -> None:
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("reproduce", help="rerun a seed paper's figures and compare its headline claims")
-    p.add_argument("paper", metavar="PAPER", help="rps or rserve")
+    p.add_argument("paper", metavar="PAPER", help="rserve, rps or easerve")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="a fixed scenario key for every run of every figure (e.g. host.cpu_speed=2); repeatable")
     p.add_argument("--figures", nargs="+", metavar="NAME", help="only these figures (e.g. fig17 fig20)")
     p.add_argument("-o", "--output", required=True, help="folder for sweeps, figures and REPORT.md")
     p.add_argument("--quick", action="store_true", help="fewer requests per run")
@@ -173,13 +175,20 @@ def _add_calibrate_commands(sub) -> None:
     p.add_argument("--force", action="store_true", help="write into a folder that holds files, replacing only those lmmsim wrote there")
     p.set_defaults(func=cmd_profile)
 
-    p = sub.add_parser("profile-host", help="time multimodal host preprocessing (decode, HF processors) on this CPU",
-                       description="Decode images, videos and audio and run each catalog family's transformers "
-                                   "processor on CPU (one torch thread); writes one CSV per operation, fit.json "
-                                   "and meta.json (see lmmsim/profiler/host.py).")
+    p = sub.add_parser("profile-host", help="time multimodal host preprocessing (decode, HF processors, "
+                                            "tokenisation, encoder dispatch) on this CPU",
+                       description="Decode images, videos and audio, run each catalog family's transformers "
+                                   "processor, tokenise prompts with byte-level BPE vocabularies trained in the run, "
+                                   "and count and time the host side of one eager encoder layer per family, on CPU "
+                                   "(one thread); writes one CSV per operation, fit.json and meta.json (see "
+                                   "lmmsim/profiler/host.py).")
     p.add_argument("-o", "--output", help="profile folder (default: profiles/host/cpu/)")
     p.add_argument("--quick", action="store_true", help="tiny inputs, 1-2 repeats (seconds; for tests)")
     p.add_argument("--max-minutes", type=float, help="time budget shared by all measurements (default 6)")
+    p.add_argument("--only", metavar="SECTIONS",
+                   help="measure only these comma-separated sections (image, video, audio, tokenize, "
+                        "encoder_dispatch) and merge them into the profile already in the folder, keeping the "
+                        "other CSVs as they are (needs --force)")
     p.add_argument("--force", action="store_true", help="write into a folder that holds files, replacing only those lmmsim wrote there")
     p.set_defaults(func=cmd_profile_host)
 

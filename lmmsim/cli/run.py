@@ -60,7 +60,11 @@ def cmd_validate(args) -> int:
           f"{built.max_model_len}; {len(built.rejected)} refused at arrival")
     for reason, ids in _group_reasons(built.rejected):
         print(f"  warning: {len(ids)} request(s) will be refused at arrival (ids {_some(ids)}): {reason}")
+    from lmmsim.assembly.host_stage import host_lines
     from lmmsim.results import probe_extrapolated_share
+
+    for line in host_lines(built.host, scn, built.gpu, scn.deployment.pools()):
+        print(line)
 
     share = probe_extrapolated_share(built)
     if share is not None:  # a typical step set, see probe_extrapolated_share

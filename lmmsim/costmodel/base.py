@@ -76,6 +76,12 @@ class StepCostModel(Protocol):
     def encode_s(self, works: Sequence[EncoderWork]) -> float:
         """The encoder (plus projector) over a batch of media items."""
 
+    def encode_host_s(self, works: Sequence[EncoderWork]) -> float:
+        """Host time the call adds to :meth:`encode_s` (copies, kernel issue; 0: none modelled)."""
+
+    def encode_call_s(self, works: Sequence[EncoderWork]) -> float:
+        """A whole encoder call in an engine step: :meth:`encode_s` + :meth:`encode_host_s`."""
+
     @property
     def weight_bytes_per_gpu(self) -> float:
         """Model weights resident on each GPU of the engine."""

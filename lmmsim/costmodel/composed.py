@@ -74,7 +74,7 @@ from typing import Sequence
 from lmmsim.catalog import BYTES_PER_PARAM_BF16, GpuSpec, ModelSpec
 from lmmsim.costmodel.base import OperatorPredictor
 from lmmsim.costmodel.engine_overheads import EngineOverheads
-from lmmsim.costmodel.roofline import RooflinePredictor
+from lmmsim.costmodel.split_view import OPS as _OPS, BorrowedSplit as _BorrowedSplit, Split as _Split, SplitView as _SplitView
 from lmmsim.errors import UserError
 from lmmsim.workload.request import EncoderWork
 
@@ -84,90 +84,6 @@ WHISPER_MEL_BINS = 128  # Whisper-large-v3 log-mel channels (conv stem input)
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
-
-
-class _Split:
-    """A (compute_s, memory_s) pair with the arithmetic the composition uses.
-
-    ``+`` another pair (or the int/float 0 that ``sum`` starts from), ``*`` and
-    ``/`` by a number, componentwise; anything else is an error (so a composed
-    term that is not a kernel time cannot slip in unsplit).
-    """
-
-    __slots__ = ("c", "m")
-
-    def __init__(self, c: float, m: float):
-        self.c = c
-        self.m = m
-
-    def __add__(self, other):
-        if isinstance(other, _Split):
-            return _Split(self.c + other.c, self.m + other.m)
-        if isinstance(other, (int, float)) and other == 0:
-            return self
-        return NotImplemented
-
-    __radd__ = __add__
-
-    def __mul__(self, k):
-        if isinstance(k, (int, float)):
-            return _Split(self.c * k, self.m * k)
-        return NotImplemented
-
-    __rmul__ = __mul__
-
-    def __truediv__(self, k):
-        if isinstance(k, (int, float)):
-            return _Split(self.c / k, self.m / k)
-        return NotImplemented
-
-    def pair(self) -> tuple[float, float]:
-        return (float(self.c), float(self.m))
-
-
-_OPS = ("gemm", "attention_prefill", "attention_decode", "elementwise", "allreduce", "p2p")
-
-
-class _BorrowedSplit:
-    """``*_parts`` for a predictor without them: its own time, put whole into the
-    bucket the roofline on the same GPU puts that kernel in."""
-
-    def __init__(self, predictor: OperatorPredictor, gpu: GpuSpec):
-        self._p = predictor
-        self._roof = RooflinePredictor(gpu)
-
-    def _classify(self, op: str, *args) -> tuple[float, float]:
-        t = getattr(self._p, op + "_s")(*args)
-        compute, _ = getattr(self._roof, op + "_parts")(*args)
-        return (t, 0.0) if compute > 0 else (0.0, t)
-
-    def gemm_parts(self, *args):
-        return self._classify("gemm", *args)
-
-    def attention_prefill_parts(self, *args):
-        return self._classify("attention_prefill", *args)
-
-    def attention_decode_parts(self, *args):
-        return self._classify("attention_decode", *args)
-
-    def elementwise_parts(self, num_bytes, op=None):
-        return (0.0, self._p.elementwise_s(num_bytes, op=op))
-
-    def allreduce_parts(self, num_bytes, world):
-        return (0.0, self._p.allreduce_s(num_bytes, world))
-
-    def p2p_parts(self, num_bytes):
-        return (0.0, self._p.p2p_s(num_bytes))
-
-
-class _SplitView:
-    """Predictor facade whose ``*_s`` methods return :class:`_Split` pairs, so the
-    composition code computes ``(compute_s, memory_s)`` instead of totals."""
-
-    def __init__(self, source):
-        for op in _OPS:
-            parts = getattr(source, op + "_parts")
-            setattr(self, op + "_s", lambda *a, _parts=parts, **kw: _Split(*_parts(*a, **kw)))
 
 
 class ComposedStepCostModel:
@@ -214,6 +130,8 @@ class ComposedStepCostModel:
         # Engine terms (lmmsim.costmodel.engine_overheads): one memo look-up per step, keyed
         # by the step's token count (negative when no row is sampled); none when all are off.
         self.overheads = overheads or EngineOverheads.none()
+        # host time of encoder calls (lmmsim.costmodel.encoder_call.EncoderCallCosts), or None
+        self.encoder_call = None
         self._ov_active = self.overheads.active
         self._engine_memo: dict[int, float] = {}
         self._engine_parts_memo: dict[int, tuple[float, float]] = {}
@@ -471,6 +389,15 @@ class ComposedStepCostModel:
         if t is None:
             t = self._store(self._encode_memo, key, self._encode(self.predictor, key))
         return t
+
+    def encode_host_s(self, works: Sequence[EncoderWork]) -> float:
+        """Host time one encoder call adds to its kernels (:mod:`lmmsim.costmodel.encoder_call`)."""
+        call = self.encoder_call
+        return call.host_s(works, self.encode_s(works)) if call is not None and works else 0.0
+
+    def encode_call_s(self, works: Sequence[EncoderWork]) -> float:
+        """A whole encoder call in an engine step: kernels plus the host time they wait for."""
+        return self.encode_s(works) + self.encode_host_s(works)
 
     def encode_parts(self, works: Sequence[EncoderWork]) -> tuple[float, float]:
         """``(compute_s, memory_s)`` of :meth:`encode_s`; their sum is ``encode_s(works)``

@@ -31,3 +31,9 @@ class ConstantStepCost:
 
     def encode_s(self, works: Sequence) -> float:
         return self.encode_item_s * len(works)
+
+    def encode_host_s(self, works: Sequence) -> float:
+        return 0.0
+
+    def encode_call_s(self, works: Sequence) -> float:
+        return self.encode_s(works)

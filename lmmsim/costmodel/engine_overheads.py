@@ -70,6 +70,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, NonNegativeFloat, PositiveInt
 
+from lmmsim.costmodel.encoder_call import CUDA_LAUNCH_US
+
 #: vLLM's default largest CUDA-graph capture size (``min(2 * max_num_seqs, 512)``).
 VLLM_MAX_CAPTURE_SIZE = 512
 #: Vidur's CPU launch cost per NCCL call, in microseconds (see the module docstring).
@@ -93,6 +95,11 @@ class EngineCostsConfig(BaseModel):
     step_cpu_us: NonNegativeFloat = 0.0
     # KV-cache write kernel: true, false, or auto = unless the attention fit includes the append.
     kv_write: Literal["auto"] | bool = "auto"
+    # Encoder calls (lmmsim.costmodel.encoder_call): CUDA graphs for the vision/audio tower (vLLM:
+    # eager unless configured), host cost per kernel launch, and the processed tensors' PCIe copy.
+    encoder_cudagraphs: bool = False
+    encoder_launch_us: NonNegativeFloat = CUDA_LAUNCH_US
+    encoder_h2d: bool = True
 
 
 def capture_sizes(max_size: int) -> tuple[int, ...]:

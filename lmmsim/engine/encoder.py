@@ -8,6 +8,14 @@ the dispatcher of the arrival (``on_arrival``) before waking the worker.
 Encode times of a request are recorded on its state: ``encode_started_at``
 when its first item's batch starts, ``encode_finished_at`` when its last
 item's batch ends.
+
+Encoder cache (``encoder_cache``, a :class:`~lmmsim.engine.media_cache.MediaCache`
+in LLM tokens, one per worker: which worker a request goes to decides what it
+finds). An item is looked up when it reaches the worker's queue and again when a
+batch takes it; one whose ``media_id`` the cache holds goes on at once, encode
+time zero, its embeddings sent as any others. Items are stored when their batch
+ends; a later item of the same batch with an id already in it is encoded once,
+with the first (a hit). Counters: the cache's ``hits`` / ``misses``.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ class EncoderWorker:
         run=None,
         split=None,
         call_overhead_s: float = 0.0,
+        encoder_cache=None,
     ):
         self.env = env
         self.index = index
@@ -52,7 +61,8 @@ class EncoderWorker:
         # ``split(batch)`` before a batch and ``split(None)`` after it: EAServe's
         # dynamic SM partitioning re-divides the GPU per micro-batch (None: fixed).
         self._split = split
-        # Host-side time per encoder call (scheduling, launches, input staging):
+        # Host-side time per encoder call -- the cost model's ``encode_host_s`` (PCIe
+        # copies, kernel issue beyond the kernels) plus the ``call_overhead_s`` what-if:
         # part of the call, before its GPU work, with no SM busy. The call's SM split
         # (``split``) is installed first and held throughout, as a TPC mask set per
         # micro-batch is. On a time-sliced GPU the other tenant runs meanwhile (the
@@ -60,22 +70,40 @@ class EncoderWorker:
         # modelled.
         self.call_overhead_s = call_overhead_s
         self.queue: deque[EncodeItem] = deque()
+        self.encoder_cache = encoder_cache
         self.busy_s = 0.0
         self.num_batches = 0
         self.num_items = 0
         self._in_progress = 0
+        # Host preprocessing inside this worker (lmmsim.assembly.host_stage, placement
+        # encode_worker): a pool whose deliveries :meth:`enqueue` takes; None: items queue at once.
+        self.preprocess = None
+        self._at_host = 0  # items submitted and still being preprocessed
         self._wakeup = env.event()
         env.process(self._loop())
 
     @property
     def load(self) -> int:
-        """Items queued or being encoded."""
-        return len(self.queue) + self._in_progress
+        """Items preprocessing, queued or being encoded."""
+        return self._at_host + len(self.queue) + self._in_progress
 
     def gpu_busy_s(self) -> dict[int, float]:
         return {g: self.busy_s for g in self.gpu_ids}
 
     def submit(self, items: list[EncodeItem]) -> None:
+        if self.preprocess is None:
+            self.enqueue(items)
+        else:
+            self._at_host += len(items)
+            self.preprocess.submit(items)
+
+    def enqueue(self, items: list[EncodeItem]) -> None:
+        """Items ready for the GPU (preprocessed): the dispatcher sees them arrive now."""
+        if self.preprocess is not None:
+            self._at_host -= len(items)
+        items = self._serve_cached(items)
+        if not items:
+            return
         self.queue.extend(items)
         self._on_arrival(items, self.env.now)
         if not self._wakeup.triggered:
@@ -94,13 +122,18 @@ class EncoderWorker:
                 if self._wakeup.triggered:
                     self._wakeup = env.event()
                 continue
+            batch = self._serve_cached(batch)
+            if not batch:
+                continue
+            encode = self._first_copies(batch)
             start = env.now
             self._in_progress = len(batch)
-            works = [it.segment.item.encoder for it in batch]
+            works = [it.segment.item.encoder for it in encode]
             if self._split is not None:
-                self._split(batch)
-            if self.call_overhead_s:
-                yield env.timeout_at(start + self.call_overhead_s)
+                self._split(encode)
+            host_s = self.call_overhead_s + self.cost.encode_host_s(works)
+            if host_s:
+                yield env.timeout_at(start + host_s)
             gpu_start = env.now
             if self._run is None:
                 dur = self.cost.encode_s(works)
@@ -113,8 +146,11 @@ class EncoderWorker:
             end = env.now
             self.busy_s += dur
             self.num_batches += 1
-            self.num_items += len(batch)
+            self.num_items += len(encode)
             self._in_progress = 0
+            if self.encoder_cache is not None:
+                for it in encode:
+                    self.encoder_cache.insert(it.segment.item.media_id, it.num_llm_tokens)
             for it in batch:
                 seq = it.seq
                 if seq.encode_started_at != seq.encode_started_at:  # NaN: its first item
@@ -123,5 +159,46 @@ class EncoderWorker:
             if self.step_log is not None:
                 ids = tuple(dict.fromkeys(it.seq.request.request_id for it in batch))
                 self.step_log.append(StepRecord(self.name, gpu_start, end, "encode", ids,
-                                                sum(it.num_llm_tokens for it in batch), len(batch)))
+                                                sum(it.num_llm_tokens for it in encode), len(encode)))
             self.on_encoded(batch, start, end)
+
+    def _serve_cached(self, items: list) -> list:
+        """Hand on at once, encode time zero, the items whose embeddings the encoder
+        cache holds (counted hits); return the others."""
+        cache = self.encoder_cache
+        if cache is None:
+            return items
+        held, rest = [], []
+        for it in items:
+            (held if it.segment.item.media_id in cache else rest).append(it)
+        if held:
+            now = self.env.now
+            for it in held:
+                cache.hit(it.segment.item.media_id)
+                seq = it.seq
+                if seq.encode_started_at != seq.encode_started_at:  # NaN: its first item
+                    seq.encode_started_at = now
+                if not seq.encode_finished_at >= now:
+                    seq.encode_finished_at = now
+            self.on_encoded(held, now, now)
+        return rest
+
+    def _first_copies(self, batch: list) -> list:
+        """The items of ``batch`` to encode, counted misses; one whose id an earlier
+        item of the batch carries rides along with it (a hit), if the cache could hold it
+        (as the scheduler decides; capacity 0 is no reuse at all)."""
+        cache = self.encoder_cache
+        if cache is None:
+            return batch
+        taken: set = set()
+        encode = []
+        for it in batch:
+            key = it.segment.item.media_id
+            if key is not None and key in taken:
+                cache.hit(key)
+                continue
+            cache.lookup(key)  # not held (_serve_cached took those): a miss
+            if key is not None and it.num_llm_tokens <= cache.capacity:
+                taken.add(key)
+            encode.append(it)
+        return encode

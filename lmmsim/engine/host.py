@@ -4,62 +4,127 @@ A real multimodal server decodes a request's media and runs the model's
 processor (resize, tiling, normalisation, patchify, mel features) on CPU
 processes before anything reaches a GPU -- vLLM's API-server processes
 (``api_server_count``, serial within each), a Dynamo-style encode worker's
-own process. :class:`HostPool` is that stage placed in front of the
-deployment: ``workers`` identical CPU workers serving arrivals first come,
-first served, each request holding one worker for ``cost_s(request)``
-seconds, then handed to the deployment. Text-only requests pass through
-it too (tokenisation). It costs two scheduled callbacks per request (start,
-end), no SimPy process.
+own process. :class:`HostPool` is one such group of processes: ``workers``
+identical CPU workers serving jobs first come, first served, each job holding
+one worker for ``cost_s(job)`` seconds, then handed on with ``deliver(job)``.
+A job is whatever its placement hands in -- a request's engine state at the
+front end, a request's media items at an encode worker. It costs two scheduled
+callbacks per job (start, end), no SimPy process.
 
 Engines that fast-forward decode-only stretches must not skip a delivery:
-:meth:`HostPool.next_delivery_at` is the earliest moment a request leaves the
-stage, which the simulation folds into the engines' barrier.
+:meth:`HostPool.next_delivery_at` is the earliest moment a job leaves the
+pool, which the simulation folds into the engines' barrier.
+
+A pool fed only by exogenous arrivals (the front end's) can be laid out before
+the run instead: :meth:`HostPool.plan` gives every job's start, end and worker
+for known submission times -- the same first-come-first-served schedule -- and
+:meth:`HostPool.record` books one when the simulation delivers it. The
+simulation then moves each request once, at its delivery, with no event of the
+pool's own.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 from collections import deque
 from typing import Callable
 
+from lmmsim.engine.steplog import StepRecord
+
+
+def stamp_preprocess(seq, started_at: float, finished_at: float | None = None) -> None:
+    """Record host work on a request's state: ``preprocess_started_at`` is the start of its first
+    host job, ``preprocess_finished_at`` the end of its last (a request may meet two pools:
+    tokenisation at the front end, media at its encode worker)."""
+    if started_at is not None and seq.preprocess_started_at != seq.preprocess_started_at:  # NaN: first job
+        seq.preprocess_started_at = started_at
+    if finished_at is not None and not finished_at <= seq.preprocess_finished_at:  # NaN or later
+        seq.preprocess_finished_at = finished_at
+
 
 class HostPool:
-    def __init__(self, env, workers: int, cost_s: Callable, deliver: Callable):
+    def __init__(self, env, workers: int, cost_s: Callable, deliver: Callable, *, name: str = "host",
+                 seqs_of: Callable = lambda job: (job,), step_log: list | None = None):
         if workers < 1:
             raise ValueError("a host pool needs at least one worker")
         self.env = env
         self.workers = workers
-        self.cost_s = cost_s  # request -> seconds of one worker's time
-        self.deliver = deliver  # seq -> None: hand the preprocessed request to the deployment
-        self.waiting: deque = deque()
-        self.in_service: dict[int, float] = {}  # request id -> when its preprocessing ends
+        self.name = name
+        self.cost_s = cost_s  # job -> seconds of one worker's time
+        self.deliver = deliver  # job -> None: hand the preprocessed job on
+        self.seqs_of = seqs_of  # job -> the request states it carries (for timestamps)
+        self.step_log = step_log
+        self.waiting: deque = deque()  # (job, submitted_at)
+        self.in_service: dict[int, float] = {}  # job key -> when its preprocessing ends
+        self._free = list(range(workers))  # idle worker indices, lowest first (stable trace tracks)
+        self._keys = itertools.count()
         self.busy_s = 0.0
-        self.wait_s: list[float] = []  # per request: time queued for a worker
+        self.wait_s: list[float] = []  # per job: time queued for a worker
 
-    def submit(self, seq) -> None:
-        if len(self.in_service) < self.workers:
-            self._start(seq)
+    def submit(self, job) -> None:
+        if self._free:
+            self._start(job, self.env.now)
         else:
-            self.waiting.append(seq)
+            self.waiting.append((job, self.env.now))
 
     def next_delivery_at(self) -> float:
         return min(self.in_service.values(), default=math.inf)
 
-    def _start(self, seq) -> None:
+    def plan(self, jobs, submitted_at) -> list[tuple[float, float, int]]:
+        """(start, end, worker) of each job, submitted in order at ``submitted_at`` (non-decreasing):
+        each takes the lowest-numbered idle worker, or waits for the first to free up, and holds it for
+        ``cost_s(job)`` -- evaluated in start order, as the event-driven pool does."""
+        free_at = [0.0] * self.workers
+        out = []
+        for job, at in zip(jobs, submitted_at):
+            idle = [w for w, t in enumerate(free_at) if t <= at]
+            worker = idle[0] if idle else min(range(self.workers), key=lambda w: (free_at[w], w))
+            start = max(at, free_at[worker])
+            end = start + self.cost_s(job)
+            free_at[worker] = end
+            out.append((start, end, worker))
+        return out
+
+    def record(self, job, submitted_at: float, start: float, end: float, worker: int) -> None:
+        """Book a planned job as it is delivered: timestamps, busy time, wait, trace record."""
+        self.wait_s.append(start - submitted_at)
+        self.busy_s += end - start
+        seqs = self.seqs_of(job)
+        for seq in seqs:
+            stamp_preprocess(seq, start, end)
+        self._log(seqs, start, end, worker)
+
+    def _log(self, seqs, start: float, end: float, worker: int) -> None:
+        if self.step_log is not None:
+            ids = tuple(dict.fromkeys(s.request.request_id for s in seqs))
+            self.step_log.append(StepRecord(f"{self.name}{worker}", start, end, "preprocess", ids, 0, len(seqs)))
+
+    def _start(self, job, submitted_at: float) -> None:
         env = self.env
         now = env.now
-        seq.preprocess_started_at = now
-        self.wait_s.append(now - seq.request.arrived_at)
-        cost = self.cost_s(seq.request)
+        worker = heapq.heappop(self._free)
+        self.wait_s.append(now - submitted_at)
+        for seq in self.seqs_of(job):
+            stamp_preprocess(seq, now)
+        cost = self.cost_s(job)
         end = now + cost
         self.busy_s += cost
-        self.in_service[seq.request.request_id] = end
+        key = next(self._keys)
+        self.in_service[key] = end
         # ordinary priority, as an arrival: the engines of this instant see the request
-        env.timeout_at(end, late=False).callbacks.append(lambda _event, seq=seq: self._finish(seq))
+        env.timeout_at(end, late=False).callbacks.append(
+            lambda _event, job=job, key=key, worker=worker, start=now: self._finish(job, key, worker, start))
 
-    def _finish(self, seq) -> None:
-        del self.in_service[seq.request.request_id]
-        seq.preprocess_finished_at = self.env.now
-        if self.waiting:  # the freed worker takes the next request before this one moves on
-            self._start(self.waiting.popleft())
-        self.deliver(seq)
+    def _finish(self, job, key: int, worker: int, started_at: float) -> None:
+        del self.in_service[key]
+        now = self.env.now
+        seqs = self.seqs_of(job)
+        for seq in seqs:
+            stamp_preprocess(seq, None, now)
+        self._log(seqs, started_at, now, worker)
+        heapq.heappush(self._free, worker)
+        if self.waiting:  # the freed worker takes the next job before this one moves on
+            self._start(*self.waiting.popleft())
+        self.deliver(job)

@@ -141,7 +141,7 @@ class PipelineEngine:
                 if not plan.preempted:  # after an evict-only batch, retry at once
                     yield changed
                 continue
-            encode_s = cost.encode_s([seg.item.encoder for _, seg in plan.encodes]) if plan.encodes else 0.0
+            encode_s = cost.encode_call_s([seg.item.encoder for _, seg in plan.encodes]) if plan.encodes else 0.0
             shapes = (plan.chunk_shapes, plan.num_decodes, plan.decode_context_sum, plan.num_sampled)
             stage_s = cost.llm_step_s(*shapes) / self.num_stages
             parts = cost.llm_step_parts(*shapes) if any(self.stage_runs) else None

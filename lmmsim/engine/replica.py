@@ -118,7 +118,7 @@ class Replica:
                 self._wakeup = None
                 continue
             if self.run is None:
-                encode_s = cost.encode_s([seg.item.encoder for _, seg in plan.encodes]) if plan.encodes else 0.0
+                encode_s = cost.encode_call_s([seg.item.encoder for _, seg in plan.encodes]) if plan.encodes else 0.0
                 step_s = encode_s + cost.llm_step_s(
                     plan.chunk_shapes, plan.num_decodes, plan.decode_context_sum, plan.num_sampled
                 )

@@ -25,7 +25,10 @@ Multimodal input comes one of two ways (``media``):
   positions overlap a not-yet-encoded media item encodes the whole item in
   this step, within a per-step encoder budget (in LLM tokens); if the budget
   cannot take the item, the chunk stops just before it. A preempted request
-  re-encodes.
+  re-encodes. An ``encoder_cache`` (:mod:`lmmsim.engine.media_cache`, in LLM tokens)
+  serves an item whose ``media_id`` it holds: no encoder work, no budget. A miss is
+  stored when its chunk is scheduled (vLLM allocates the entry then), so later items
+  with its id hit, in this batch too (vLLM encodes a hash once per step).
 * ``remote`` (disaggregated encoders): embeddings arrive from encoder workers;
   a chunk stops before the first item whose embeddings have not arrived.
   Simplification: a preempted request keeps its embeddings (its recompute does
@@ -116,6 +119,7 @@ class StepPlan:
     slot: int = 0
     chunks: list = field(default_factory=list)  # (SeqState, num_new_tokens, first_position), prefill work
     encodes: list = field(default_factory=list)  # (SeqState, PromptSegment) items encoded now
+    cached: list = field(default_factory=list)  # (SeqState, PromptSegment) items the encoder cache serves
     num_decodes: int = 0
     decode_context_sum: int = 0
     num_sampled: int = 0
@@ -133,6 +137,15 @@ class StepPlan:
         return not self.chunks and not self.num_decodes
 
 
+class CacheHit:
+    """A chunk's media item served by the encoder cache (``_fit_local`` -> ``_add_chunk``)."""
+
+    __slots__ = ("segment",)
+
+    def __init__(self, segment: PromptSegment):
+        self.segment = segment
+
+
 class ContinuousBatchingScheduler:
     def __init__(
         self,
@@ -146,6 +159,7 @@ class ContinuousBatchingScheduler:
         media: str = "local",
         prefill_only: bool = False,
         prefill_throttle: tuple[int, int] | None = None,
+        encoder_cache=None,
     ):
         if max_running > token_budget:
             raise ValueError("max_running must be <= token_budget")
@@ -158,6 +172,7 @@ class ContinuousBatchingScheduler:
         self.encoder_budget = encoder_budget
         self.media = media
         self.prefill_only = prefill_only
+        self.encoder_cache = encoder_cache  # local media: a MediaCache of encoder outputs, or None
         # gLLM's Token Throttling: (min, max) prefill tokens per batch, aiming at
         # an even share of the pending prefill work per pipeline slot.
         self.prefill_throttle = prefill_throttle
@@ -307,7 +322,8 @@ class ContinuousBatchingScheduler:
     def _fit_local(self, seq: SeqState, num_new: int, enc_left: int, out: list) -> tuple[int, int]:
         """Cut ``num_new`` before the first media item the encoder budget cannot take.
 
-        Appends the items to encode to ``out``; returns (num_new, encoder tokens used).
+        Appends the items to encode to ``out``, those the encoder cache serves as
+        :class:`CacheHit` (they take no budget); returns (num_new, encoder tokens used).
         """
         start = seq.num_scheduled
         end = start + num_new
@@ -318,12 +334,28 @@ class ContinuousBatchingScheduler:
             seg: PromptSegment = media[idx]
             if seg.start >= end:
                 break
+            if self.encoder_cache is not None and self._cached(seg, out):
+                out.append(CacheHit(seg))
+                idx += 1
+                continue
             if used + seg.length > enc_left:
                 return seg.start - start, used
             used += seg.length
             out.append(seg)
             idx += 1
         return num_new, used
+
+    def _cached(self, seg: PromptSegment, taken: list) -> bool:
+        """Will ``seg``'s embeddings come from the encoder cache: held there now, or
+        stored by an item with its id taken earlier in this chunk (``taken``)?"""
+        key = seg.item.media_id
+        if key is None:
+            return False
+        cache = self.encoder_cache
+        if key in cache:
+            return True
+        return seg.length <= cache.capacity and any(
+            type(t) is not CacheHit and t.item.media_id == key for t in taken)
 
     def _fit_remote(self, seq: SeqState, num_new: int, enc_left: int, out: list) -> tuple[int, int]:
         """Cut ``num_new`` before the first media item whose embeddings have not arrived."""
@@ -473,7 +505,14 @@ class ContinuousBatchingScheduler:
         seq.num_scheduled += n
         seq.busy = True
         seq.in_flight += 1
-        for seg in items:
+        cache = self.encoder_cache
+        for seg in items:  # the lookups _fit_local decided, committed now the chunk is in
+            if type(seg) is CacheHit:
+                cache.hit(seg.segment.item.media_id)
+                plan.cached.append((seq, seg.segment))
+                continue
+            if cache is not None:
+                cache.miss(seg.item.media_id, seg.length)
             plan.encodes.append((seq, seg))
         seq.next_media += len(items)
         if seq.num_scheduled == seq.num_tokens:
@@ -488,6 +527,12 @@ class ContinuousBatchingScheduler:
         when it had none). Returns the requests that finished; a prefill-only
         engine appends the requests to hand off to ``handoffs``.
         """
+        for seq, _seg in plan.cached:  # embeddings from the encoder cache: ready as the step starts
+            if seq.first_token_at != seq.first_token_at:  # NaN: before the first token, as below
+                if seq.encode_started_at != seq.encode_started_at:
+                    seq.encode_started_at = started_at
+                if not seq.encode_finished_at >= started_at:  # NaN, or an earlier step's encode
+                    seq.encode_finished_at = started_at
         for seq, _seg in plan.encodes:
             # Encode times describe the pass before the first token; a request
             # preempted after it re-encodes without moving them.

@@ -102,31 +102,59 @@ class Simulation:
         self.progress = progress
         self.env = SimEnvironment()
         self.seqs = [SeqState(r) for r in requests]
-        self._next_arrival_at = requests[0].arrived_at if requests else math.inf
+        self._next_arrival_at = requests[0].arrived_at if requests else math.inf  # (or first delivery)
         self._horizon = math.inf if horizon_s is None else horizon_s
         self.num_done = 0
-        # ``make_host(env, deliver)``: the host preprocessing stage in front of the deployment, or None
+        # ``make_host(env, deliver)``: the front end's host preprocessing pool, or None. Fed by
+        # arrivals alone, its schedule is planned up front (HostPool.plan) and each request
+        # enters the deployment at its delivery: ``_next_arrival_at`` is the next delivery.
         self.host = None
-        barrier = self._barrier_at if make_host is None else self._barrier_with_host
-        self.frontend = make_frontend(self.env, self._on_finish, barrier)
+        self.frontend = make_frontend(self.env, self._on_finish, self._barrier_at)
         if make_host is not None:
             self.host = make_host(self.env, self.frontend.arrive)
 
     def _barrier_at(self) -> float:
         return min(self._next_arrival_at, self._horizon)
 
-    def _barrier_with_host(self) -> float:
-        """As :meth:`_barrier_at`, and the next request to leave host preprocessing."""
-        return min(self._next_arrival_at, self._horizon, self.host.next_delivery_at())
-
     def _on_finish(self, seq: SeqState) -> None:
         self.num_done += 1
         if self.progress is not None and not self.num_done & 255:
             self.progress(self.num_done, len(self.seqs))
 
+    def _entries(self) -> list[tuple[float, int, tuple | None]]:
+        """(time, request index, planned host job or None) in the order requests reach the deployment:
+        refused ones at arrival, the others when host preprocessing hands them on."""
+        admitted = [i for i, s in enumerate(self.seqs) if s.request.request_id not in self.rejected]
+        seqs = self.seqs
+        plan = self.host.plan([seqs[i] for i in admitted], [seqs[i].request.arrived_at for i in admitted])
+        entries = [(seqs[i].request.arrived_at, i, None) for i, s in enumerate(seqs)
+                   if s.request.request_id in self.rejected]
+        entries += [(job[1], i, job) for i, job in zip(admitted, plan)]
+        entries.sort(key=lambda e: (e[0], e[2][0] if e[2] else e[0], e[1]))  # ties: earlier start first
+        return entries
+
+    def _planned_arrivals(self):
+        env, host, seqs = self.env, self.host, self.seqs
+        entries = self._entries()
+        self._next_arrival_at = entries[0][0] if entries else math.inf
+        for k, (at, i, job) in enumerate(entries):
+            yield env.timeout_at(at, late=False)
+            self._next_arrival_at = entries[k + 1][0] if k + 1 < len(entries) else math.inf
+            seq = seqs[i]
+            if job is None:
+                seq.status = "rejected"
+                seq.reject_reason = self.rejected[seq.request.request_id]
+                self._on_finish(seq)
+                continue
+            host.record(seq, seq.request.arrived_at, *job)
+            self.frontend.arrive(seq)
+
     def _arrivals(self):
+        if self.host is not None:
+            yield from self._planned_arrivals()
+            return
         env = self.env
-        enter = self.host.submit if self.host is not None else self.frontend.arrive
+        enter = self.frontend.arrive
         seqs = self.seqs
         requests = self.requests
         n = len(requests)

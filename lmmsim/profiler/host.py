@@ -12,12 +12,19 @@ encoder forward). ``lmmsim profile-host`` times those steps on this machine:
   when torchvision is importable);
 * ``video_decode.csv``: PyAV decode of clips encoded in the run (H.264, else mpeg4);
 * ``video_processor.csv``: the families' video paths (frames as the processor sees them);
-* ``audio_features.csv``: WAV decode and ``WhisperFeatureExtractor`` log-mel features.
+* ``audio_features.csv``: WAV decode and ``WhisperFeatureExtractor`` log-mel features;
+* ``tokenize.csv``, ``tokenize_variants.csv``: one prompt's ``encode`` with byte-level BPE vocabularies
+  trained in the run (:mod:`~lmmsim.profiler.host_tokenize`);
+* ``encoder_dispatch.csv``: the host side of one eager encoder layer, ATen ops and microseconds
+  (:mod:`~lmmsim.profiler.host_dispatch`).
 
 Every row is a median over repeats after a warm-up (p10/p90 beside it), on one
 torch thread; the cases are timed round-robin so that load from elsewhere on the
-machine spreads over many cases' single repeats. ``fit.json`` holds a least-squares line per operation (time against
-pixels, frames x pixels or seconds) with its R^2; ``meta.json`` the provenance.
+machine spreads over many cases' single repeats (:mod:`~lmmsim.profiler.host_timing`),
+in three blocks (tokenisation, encoder dispatch, media) so that short calls never
+follow long ones. ``fit.json`` holds a least-squares line per operation (time
+against pixels, frames x pixels, seconds or tokens) with its R^2; ``meta.json`` the
+provenance.
 """
 
 from __future__ import annotations
@@ -28,16 +35,21 @@ import os
 import platform
 import time
 import wave
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 
-OUTPUT_FILES = ("image_decode.csv", "image_processor.csv", "video_decode.csv", "video_processor.csv",
-                "audio_features.csv", "meta.json", "fit.json")
-TIME_COLUMNS = ["time_ms", "time_ms_p10", "time_ms_p90", "repeats"]
+from lmmsim.profiler.host_timing import TIME_COLUMNS, Case, measure_cases  # noqa: F401 -- TIME_COLUMNS re-exported
+
+# what one name of ``--only`` measures: section -> the CSVs (operations) it writes
+SECTIONS = {"image": ("image_decode", "image_processor"), "video": ("video_decode", "video_processor"),
+            "audio": ("audio_features",), "tokenize": ("tokenize", "tokenize_variants"),
+            "encoder_dispatch": ("encoder_dispatch",)}
+# meta.json keys that describe one section's run
+SECTION_META = {"image": ("fast_variants",), "video": ("video_codec",), "audio": ("audio_decode",),
+                "tokenize": ("tokenize",), "encoder_dispatch": ("encoder_dispatch",)}
+OUTPUT_FILES = tuple(f"{op}.csv" for ops in SECTIONS.values() for op in ops) + ("meta.json", "fit.json")
 IMAGE_SIDES = (448, 768, 1024, 1344, 1792)
 VIDEO_SHAPES = ((8, 384), (16, 384), (32, 384), (8, 448), (16, 448), (32, 448))
 AUDIO_SECONDS = (5, 30, 60)
@@ -49,43 +61,11 @@ FIT_SPECS = {
     "video_decode": (["codec", "width"], "frames"),
     "video_processor": (["family", "processor_class", "variant"], "total_pixels"),
     "audio_features": (["operation", "feature_size"], "seconds"),
+    "tokenize": (["vocab_size"], "tokens"),
+    "tokenize_variants": (["api", "bpe_cache", "vocab_size"], "tokens"),
 }
 _IMAGENET = {"image_mean": [0.485, 0.456, 0.406], "image_std": [0.229, 0.224, 0.225]}
 _HALF = {"image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]}
-
-
-# ------------------------------------------------------------------ timing
-@dataclass
-class Case:
-    """One measurement: the CSV it belongs to, its row's input columns, and the call to time."""
-
-    table: str
-    row: dict
-    fn: Callable[[], object]
-    times: list[float] = field(default_factory=list)
-
-
-def measure_cases(cases: list[Case], seconds: float, max_repeats: int, min_repeats: int) -> dict[str, list[dict]]:
-    """Warm every case up once, then time them round-robin (one call each per round) until ``max_repeats``
-    rounds or ``seconds`` are spent (never fewer than ``min_repeats``). Interleaving spreads a burst of
-    load from elsewhere on the machine over many cases' single repeats instead of one case's median."""
-    t0 = time.perf_counter()
-    for case in cases:
-        case.fn()
-    for rnd in range(max_repeats):
-        if rnd >= min_repeats and time.perf_counter() - t0 >= seconds:
-            break
-        for case in cases:
-            t = time.perf_counter()
-            case.fn()
-            case.times.append((time.perf_counter() - t) * 1e3)
-    tables: dict[str, list[dict]] = {}
-    for case in cases:
-        arr = np.asarray(case.times)
-        tables.setdefault(case.table, []).append(
-            {**case.row, "time_ms": float(np.median(arr)), "time_ms_p10": float(np.percentile(arr, 10)),
-             "time_ms_p90": float(np.percentile(arr, 90)), "repeats": len(case.times)})
-    return tables
 
 
 # ------------------------------------------------------------------ inputs
@@ -344,7 +324,7 @@ def _versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
     found = {}
-    for dist in ("Pillow", "av", "transformers", "torch", "torchvision", "numpy"):
+    for dist in ("Pillow", "av", "transformers", "tokenizers", "torch", "torchvision", "numpy"):
         try:
             found[dist] = version(dist)
         except PackageNotFoundError:
@@ -352,57 +332,96 @@ def _versions() -> dict:
     return found
 
 
-def build_meta(*, quick: bool, max_minutes: float, command: str, codec: str, skipped: list[str],
-               fast_note: str, elapsed_s: float) -> dict:
+def build_meta(*, quick: bool, max_minutes: float, command: str, sections: tuple[str, ...], codec: str | None,
+               skipped: list[str], fast_note: str, elapsed_s: float, infos: dict) -> dict:
+    """Provenance of one run; the keys that describe a section (:data:`SECTION_META`) only where it was
+    measured, ``infos`` holding the tokenize and encoder_dispatch ones."""
     import torch
 
-    return {"what": "host (CPU) preprocessing of multimodal inputs", "quick": quick, "max_minutes": max_minutes,
+    meta = {"what": "host (CPU) preprocessing of multimodal inputs", "quick": quick, "max_minutes": max_minutes,
             "cpu_model": _cpu_model(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "platform": platform.platform(), "python": platform.python_version(), "versions": _versions(),
             "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command,
-            "video_codec": codec, "fast_variants": fast_note, "skipped": skipped, "elapsed_s": round(elapsed_s, 1),
-            "audio_decode": "stdlib wave + numpy int16 -> float32",
-            "tokenize": "not measured: no model tokenizer can be built offline here",
+            "sections": list(sections), "video_codec": codec, "fast_variants": fast_note, "skipped": skipped,
+            "elapsed_s": round(elapsed_s, 1), "audio_decode": "stdlib wave + numpy int16 -> float32", **infos,
             "timing": f"one warm-up call per case, then round-robin rounds (one call of every case each) until "
-                      f"{MAX_REPEATS} rounds or --max-minutes is spent (at least {MIN_REPEATS}); median, p10, p90"}
+                      f"{MAX_REPEATS} rounds or --max-minutes is spent (at least {MIN_REPEATS}); median, p10, p90; "
+                      "three blocks timed one after the other, each round-robin among its own cases: tokenize, "
+                      "encoder_dispatch, then the media operations"}
+    for section, keys in SECTION_META.items():
+        if section not in sections:
+            for key in keys:
+                meta.pop(key, None)
+    return meta
 
 
 # ------------------------------------------------------------------ driver
-def profile_host(out_dir: Path, *, quick: bool = False, max_minutes: float = 6.0, command: str = "") -> dict:
-    """Measure everything, write the CSVs, ``fit.json`` and ``meta.json`` into ``out_dir``; return meta."""
+def profile_host(out_dir: Path, *, quick: bool = False, max_minutes: float = 6.0, command: str = "",
+                 sections: tuple[str, ...] | None = None) -> dict:
+    """Measure ``sections`` (default: all of :data:`SECTIONS`), write their CSVs, ``fit.json`` and
+    ``meta.json`` into ``out_dir``; return meta. (:mod:`~lmmsim.profiler.host_merge` folds a run of some
+    sections into an earlier profile.)"""
     import pandas as pd
     import torch
     from transformers.utils import logging as hf_logging
 
+    from lmmsim.profiler.host_tokenize import single_threaded
+
+    sections = tuple(sections or SECTIONS)
     t0 = time.perf_counter()
     torch.set_num_threads(1)
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # Qwen2VLImageProcessor(videos=) warns on every call
     try:
-        tables, codec, skipped, fast_note = _measure_all(quick, max_minutes)
+        with single_threaded():
+            tables, codec, skipped, fast_note, infos = _measure_all(quick, max_minutes, sections)
     finally:
         hf_logging.set_verbosity(verbosity)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for op, rows in tables.items():
         pd.DataFrame(rows).to_csv(out_dir / f"{op}.csv", index=False, float_format="%.4f")
-    (out_dir / "fit.json").write_text(json.dumps(fit_tables(tables), indent=1) + "\n")
-    meta = build_meta(quick=quick, max_minutes=max_minutes, command=command, codec=codec, skipped=skipped,
-                      fast_note=fast_note, elapsed_s=time.perf_counter() - t0)
+    measured = {op for section in sections for op in SECTIONS[section]}
+    fits = {op: entry for op, entry in fit_tables(tables).items() if op in measured}
+    (out_dir / "fit.json").write_text(json.dumps(fits, indent=1) + "\n")
+    meta = build_meta(quick=quick, max_minutes=max_minutes, command=command, sections=sections, codec=codec,
+                      skipped=skipped, fast_note=fast_note, elapsed_s=time.perf_counter() - t0, infos=infos)
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     return meta
 
 
-def _measure_all(quick: bool, max_minutes: float) -> tuple[dict, str, list[str], str]:
+def _measure_all(quick: bool, max_minutes: float, sections: tuple[str, ...]) -> tuple:
+    """(tables, video codec, skipped notes, fast-variant note, tokenize/encoder_dispatch meta)."""
+    from lmmsim.profiler import host_dispatch
+    from lmmsim.profiler.host_tokenize import tokenize_cases
+
     sides = (64, 128) if quick else IMAGE_SIDES
     shapes = ((4, 64), (8, 64)) if quick else VIDEO_SHAPES
     seconds = (1, 2) if quick else AUDIO_SECONDS
     skipped: list[str] = []
     with_fast, fast_note = fast_available()
-    img_procs = build_processors(image_families(), with_fast, skipped)
-    vid_procs = build_processors(video_families(), with_fast, skipped, section="video")
-    codec = video_codec()
-    cases = _image_cases(sides, img_procs) + _video_cases(shapes, vid_procs, codec) + _audio_cases(seconds)
-    tables = measure_cases(cases, max_minutes * 60.0, max_repeats=2 if quick else MAX_REPEATS,
-                           min_repeats=1 if quick else MIN_REPEATS)
-    return tables, codec, skipped, fast_note
+    media, codec, infos = [], None, {}
+    if "image" in sections:
+        media += _image_cases(sides, build_processors(image_families(), with_fast, skipped))
+    if "video" in sections:
+        codec = video_codec()
+        media += _video_cases(shapes, build_processors(video_families(), with_fast, skipped, section="video"), codec)
+    if "audio" in sections:
+        media += _audio_cases(seconds)
+    tok_cases, dispatch = [], []
+    if "tokenize" in sections:
+        tok_cases, infos["tokenize"] = tokenize_cases(quick)  # trains the vocabularies: before the clock starts
+    if "encoder_dispatch" in sections:
+        dispatch, infos["encoder_dispatch"] = host_dispatch.dispatch_cases(quick, skipped), host_dispatch.meta(quick)
+    # Three blocks, each round-robin among its own cases: a 0.1 ms encode or a 100 us layer timed just
+    # after a 100 ms image processor would find the CPU caches full of the processor's data and pay
+    # for that, by its place in the order. The short blocks go first; the media block gets what is left.
+    deadline, tables = time.perf_counter() + max_minutes * 60.0, {}
+    for cases in (tok_cases, dispatch, media):
+        if cases:
+            tables.update(measure_cases(cases, max(deadline - time.perf_counter(), 0.0),
+                                        max_repeats=2 if quick else MAX_REPEATS,
+                                        min_repeats=1 if quick else MIN_REPEATS))
+    if "encoder_dispatch" in tables:
+        tables["encoder_dispatch"] = host_dispatch.per_layer(tables["encoder_dispatch"])
+    return tables, codec, skipped, fast_note, infos

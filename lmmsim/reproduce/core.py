@@ -79,10 +79,11 @@ class Figure:
 
 
 def reproduce(paper: str, out: Path, *, papers: dict, quick: bool = False, jobs: int | None = None,
-              force: bool = False, figures: list[str] | None = None) -> Path:
+              force: bool = False, figures: list[str] | None = None, sets: tuple[str, ...] = ()) -> Path:
     """Run the paper's figure sweeps into ``out``, draw the plots, write ``REPORT.md``
     (``papers``: paper -> its figures, :data:`lmmsim.reproduce.PAPERS`; ``figures``:
-    only these, by name)."""
+    only these, by name; ``sets``: ``KEY=VALUE`` overrides fixed in every run, for
+    sensitivity studies -- the report's title lists them)."""
     from lmmsim.plotting.figures import plot
     from lmmsim.sweep.runner import run_sweep
 
@@ -101,11 +102,14 @@ def reproduce(paper: str, out: Path, *, papers: dict, quick: bool = False, jobs:
     # in the way stops it at once, not after minutes of simulation.
     out_dir.check("REPORT.md", *(f"{fig.name}/" for fig in chosen),
                   *(f".{fig.name}.quick.yaml" for fig in chosen if quick),
+                  *(f".{fig.name}.set.yaml" for fig in chosen if sets),
                   *(_plot_file(fig.name, kind, opts if [k for k, _ in fig.plots].count(kind) > 1 else {})
                     for fig in chosen for kind, opts in fig.plots))
     rows = []
     for fig in chosen:
         sweep = ROOT / paper / fig.sweep
+        if sets:
+            sweep = with_overrides(sweep, out_dir.file(f".{fig.name}.set.yaml"), _checked_sets(sets))
         folder = out_dir.folder(fig.name)
         if fig.make is not None:
             fig.make(sweep, folder, quick, jobs)
@@ -124,6 +128,7 @@ def reproduce(paper: str, out: Path, *, papers: dict, quick: bool = False, jobs:
             rows.append((fig.name, claim, float(claim.simulated(ok))))
     report = out_dir.file("REPORT.md")
     lines = [f"# Reproduction: {paper}{' (quick)' if quick else ''}", "",
+             *([f"Every run with: {', '.join(f'`{s}`' for s in sets)}.", ""] if sets else []),
              "Direction: does the simulator move the same way as the paper. Magnitude: the simulator's effect "
              "over the paper's (1.00 = same size; within 0.65-1.35 counts as matching).", "",
              "| figure | claim | paper | simulator | direction | magnitude |", "|---|---|---:|---:|:---:|---:|"]
@@ -147,6 +152,13 @@ def _plot_file(figure: str, kind: str, options: dict) -> str:
                                                                                          "ttft-vs-rate")]
     extra = [e.replace("by_modality.", "").replace(".", "-").replace("_s-", "-") for e in extra]
     return "-".join([figure, kind, *extra]) + ".png"
+
+
+def _checked_sets(sets: tuple[str, ...]) -> tuple[str, ...]:
+    for s in sets:
+        if "=" not in s or not s.split("=", 1)[0].strip():
+            raise UserError("--set", f"expected KEY=VALUE, got {s!r}")
+    return sets
 
 
 def with_overrides(sweep: Path, target: Path, sets: tuple[str, ...]) -> Path:

@@ -132,10 +132,11 @@ WHY_ENCODE_SHARE = ("encoding is 7-10% of gLLM-epd's TTFT in our cost model (Qwe
                     "paper's size.")
 WHY_TP = "our NVLink all-reduce is cheaper than what the paper's TP4 paid, so TP4 loses less to PP4."
 WHY_C_RISE = ("the rise needs encoding to dominate those requests' TTFT (>= 65%), which no cost model of this ViT "
-              "gives here; with no per-call cost, C = one and two items are within 1%.")
-WHY_U = ("the fall at small C needs a cost per encoder call (host-side scheduling and launches), which the "
-         "reproduction leaves at 0: with deployment.encoder.call_overhead_s = 0.02, `python "
-         "bench/encoder_call_overhead.py` gives the U.")
+              "gives here.")
+WHY_U = ("the fall at small C needs a host cost per encoder call above the GPU pass of a small batch; the one "
+         "modelled from mechanisms (PCIe copy, eager kernel issue: ~10 ms for Qwen2.5-VL's 32 layers on our "
+         "profiled CPU, mostly hidden behind the kernels) is too small: with 20 ms more per call "
+         "(deployment.encoder.call_overhead_s = 0.02) `python bench/encoder_call_overhead.py` gives the U.")
 
 
 def _fig12(res: str, rserve_vs_epd: float, epd_vs_gllm: float, gllm_vs_pp: float, tp_drop: float,

@@ -31,6 +31,7 @@ from lmmsim.workload.distributions import (
     StrictModel,
     UniformDist,
 )
+from lmmsim.workload.reuse import ReuseConfig
 
 __all__ = [
     "ArrivalProcess",
@@ -45,6 +46,7 @@ __all__ = [
     "MixClass",
     "NormalDist",
     "PoissonArrival",
+    "ReuseConfig",
     "TraceArrival",
     "UniformDist",
     "VideoSpec",
@@ -93,7 +95,8 @@ class MixClass(StrictModel):
     the text run, ``text_first`` the text run before the media, ``interleaved``
     splits the text into one run more than there are items and puts an item
     between each pair (text, item, text, item, ..., text).
-    ``output_tokens`` overrides the workload-wide default for this class.
+    ``output_tokens`` overrides the workload-wide default for this class, and
+    ``reuse`` the workload's repeated-media settings (:mod:`lmmsim.workload.reuse`).
     """
 
     name: str = Field(min_length=1)
@@ -104,6 +107,7 @@ class MixClass(StrictModel):
     audio: AudioSpec | None = None
     output_tokens: LengthDist | None = None
     layout: Literal["media_first", "text_first", "interleaved"] = "media_first"
+    reuse: ReuseConfig | None = None
 
 
 # Requests are generated up front (about 0.5 KB each, and as much again in engine
@@ -119,6 +123,8 @@ class WorkloadConfig(StrictModel):
     and ``duration_s`` (generate arrivals before that time). A ``trace``
     arrival takes the requests from its file: ``mix`` stays empty, and
     ``num_requests`` / ``duration_s`` optionally cap how much of it is replayed.
+    ``reuse`` repeats media items (:mod:`lmmsim.workload.reuse`) in every class that
+    sets none of its own; off by default.
     """
 
     num_requests: PositiveCount | None = None
@@ -127,6 +133,7 @@ class WorkloadConfig(StrictModel):
     arrival: ArrivalProcess
     mix: list[MixClass] = Field(default_factory=list, validate_default=True)
     output_tokens: LengthDist = FixedDist(value=128)
+    reuse: ReuseConfig | None = None
 
     @field_validator("mix")
     @classmethod
@@ -145,13 +152,15 @@ class WorkloadConfig(StrictModel):
             seen.add(cls_.name)
         return mix
 
-    # Runs only when the key is given (pydantic does not validate defaults), so
-    # it flags an explicit output_tokens that a trace would silently ignore.
-    @field_validator("output_tokens")
+    # Runs only when the key is given (pydantic does not validate defaults), so it
+    # flags an explicit output_tokens or reuse that a trace would silently ignore.
+    @field_validator("output_tokens", "reuse")
     @classmethod
     def _unused_with_trace(cls, v, info: ValidationInfo):
         if isinstance(info.data.get("arrival"), TraceArrival):
-            raise _error("not used with a trace arrival (the trace file gives each request's output_tokens)")
+            instead = {"output_tokens": "the trace file gives each request's output_tokens",
+                       "reuse": 'give repeated media the same "id" in the trace'}[info.field_name]
+            raise _error(f"not used with a trace arrival ({instead})")
         return v
 
     @field_validator("num_requests")

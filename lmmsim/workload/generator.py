@@ -9,7 +9,8 @@ move arrival times, and changing the output lengths does not change prompts.
 Everything random is drawn vectorised per class; the per-request loop only
 assembles segments and builds :class:`Request` objects. Media items come from
 the model's token rules through a :class:`MediaFactory`, which computes each
-distinct shape once.
+distinct shape once. Repeated media (``reuse``, :mod:`lmmsim.workload.reuse`)
+is applied last, per class, from the ``reuse`` stream.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from lmmsim.errors import UserError
 from lmmsim.workload.arrivals import TraceArrival
 from lmmsim.workload.config import MixClass, WorkloadConfig
 from lmmsim.workload.request import MediaItem, Request, build_segments, prompt_parts, request_modality
+from lmmsim.workload.reuse import apply_reuse
 from lmmsim.workload.trace import MediaFactory, read_trace
 
-#: Independent random streams, in spawn order (append only: reordering changes every run).
-STREAMS = ("arrivals", "classes", "text", "output", "media")
+#: Independent random streams, in spawn order (append only: reordering changes every run;
+#: a SeedSequence's children do not depend on how many are spawned).
+STREAMS = ("arrivals", "classes", "text", "output", "media", "reuse")
 
 #: Prefix of the scenario keys named in errors.
 CONFIG_KEY = "workload"
@@ -48,7 +51,8 @@ def generate_requests(cfg: WorkloadConfig, model, seed: int, base_dir: Path = Pa
     if isinstance(cfg.arrival, TraceArrival):
         return _replay_trace(cfg, model, base_dir)
 
-    rngs = dict(zip(STREAMS, (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(len(STREAMS)))))
+    seeds = dict(zip(STREAMS, np.random.SeedSequence(seed).spawn(len(STREAMS))))
+    rngs = {name: np.random.default_rng(s) for name, s in seeds.items()}
     times = cfg.arrival.times(rngs["arrivals"], cfg.num_requests, cfg.duration_s)
     n = len(times)
     factory = MediaFactory(model)
@@ -76,11 +80,14 @@ def generate_requests(cfg: WorkloadConfig, model, seed: int, base_dir: Path = Pa
     # leak into Request fields.
     names = [c.name for c in mix]
     layouts = [c.layout for c in mix]
+    reused = _reused_media(cfg, class_of, fixed_media, audio, seeds["reuse"])
     requests = []
     for i, (at, k, text, out, clip) in enumerate(
         zip(times.tolist(), class_of.tolist(), text_tokens.tolist(), output_tokens.tolist(), audio)
     ):
-        media = fixed_media[k] if clip is None else (*fixed_media[k], clip)
+        media = reused.get(i)
+        if media is None:
+            media = fixed_media[k] if clip is None else (*fixed_media[k], clip)
         parts = prompt_parts(layouts[k], text, media)
         requests.append(Request(i, at, modality[k], names[k], build_segments(parts), out))
     return requests
@@ -108,6 +115,21 @@ def _audio_items(k, c, factory, rng, members, out, base_dir) -> MediaItem:
         for j, s in zip(members.tolist(), seconds.tolist()):
             out[j] = factory.audio(s)
     return probe
+
+
+def _reused_media(cfg: WorkloadConfig, class_of, fixed_media, audio, seed) -> dict[int, tuple]:
+    """Request index -> its media with ids and copies, for the classes whose reuse
+    is on (the class's own ``reuse``, else the workload's); each class draws from
+    its own child of the ``reuse`` stream."""
+    out: dict[int, tuple] = {}
+    for k, (c, child) in enumerate(zip(cfg.mix, seed.spawn(len(cfg.mix)))):
+        spec = c.reuse if c.reuse is not None else cfg.reuse
+        if spec is None or not spec.active:
+            continue
+        members = np.flatnonzero(class_of == k).tolist()
+        media = [fixed_media[k] if audio[j] is None else (*fixed_media[k], audio[j]) for j in members]
+        out.update(zip(members, apply_reuse(media, spec, np.random.default_rng(child), c.name)))
+    return out
 
 
 @contextlib.contextmanager

@@ -36,12 +36,16 @@ class MediaItem:
     ``num_llm_tokens`` placeholder tokens it occupies in the LLM prompt (its
     embeddings); ``encoder`` the encoder work that produces them; ``source``
     keeps the raw description (resolution, frames, seconds) for traces.
+    ``media_id`` names the content (vLLM's ``mm_hash``): two items with the same
+    id are the same image, clip or video, so caches may reuse work done for one
+    (:mod:`lmmsim.engine.media_cache`); None is an item seen nowhere else.
     """
 
     modality: str
     num_llm_tokens: int
     encoder: EncoderWork
     source: tuple = ()
+    media_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

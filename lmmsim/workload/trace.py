@@ -22,7 +22,11 @@ text_tokens    prompt text tokens, int >= 0
 output_tokens  tokens to generate, int >= 1
 media          list of ``{"type": "image", "width", "height"}``,
                ``{"type": "video", "frames", "width", "height"}``,
-               ``{"type": "audio", "seconds"}``; default none
+               ``{"type": "audio", "seconds"}``; default none. Each may
+               add ``"id"``: a non-empty string (or integer) naming the
+               content, as a hash would; items with the same id are the same
+               media, so the engines' caches reuse work done for it
+               (:mod:`lmmsim.engine.media_cache`). One id names one shape.
 modality       text | image | video | audio; must match the media (video >
                image > audio > text); derived when absent
 class_name     default ``"trace"``
@@ -40,6 +44,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 from lmmsim.errors import UserError, choices
@@ -95,14 +100,18 @@ class MediaFactory:
 
 
 def media_description(item: MediaItem) -> dict:
-    """The trace form of a media item, e.g. ``{"type": "image", "width": 1024, "height": 768}``."""
+    """The trace form of a media item, e.g. ``{"type": "image", "width": 1024, "height": 768}``
+    (with its ``"id"`` when it has one)."""
     names = MEDIA_FIELDS.get(item.modality)
     if names is None or len(item.source) != len(names):
         raise ValueError(
             f"{item.modality} item has source {item.source!r}; a trace needs {names} "
             "(build items with MediaFactory)"
         )
-    return {"type": item.modality, **dict(zip(names, item.source))}
+    desc = {"type": item.modality, **dict(zip(names, item.source))}
+    if item.media_id is not None:
+        desc["id"] = item.media_id
+    return desc
 
 
 # ------------------------------------------------------------------- reading
@@ -138,7 +147,29 @@ def _integer(name: str, value, minimum: int) -> int:
     return n
 
 
-def _parse_media(value, factory: MediaFactory) -> list[MediaItem]:
+def _media_id(where: str, value) -> str:
+    """A media item's ``id``: a non-empty string, or an integer (read as its digits)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, str) and value.strip():
+        return value
+    raise _RowError(f"{where}.id: expected a non-empty string (or an integer) naming the media item, got {value!r}")
+
+
+def _with_id(where: str, item: MediaItem, desc: dict, ids: dict) -> MediaItem:
+    """``item`` named by ``desc["id"]`` if given; an id seen before must name the same shape."""
+    if "id" not in desc:
+        return item
+    media_id = _media_id(where, desc["id"])
+    shape = (item.modality, item.source)
+    first = ids.setdefault(media_id, shape)
+    if first != shape:
+        raise _RowError(f"{where}.id: {media_id!r} already names {first[0]} {first[1]}, not {shape[0]} {shape[1]}; "
+                        "one id names one media item")
+    return replace(item, media_id=media_id)
+
+
+def _parse_media(value, factory: MediaFactory, ids: dict) -> list[MediaItem]:
     if value is None or value == "":
         return []
     if isinstance(value, str):
@@ -157,9 +188,9 @@ def _parse_media(value, factory: MediaFactory) -> list[MediaItem]:
         if not isinstance(kind, str) or kind not in MEDIA_FIELDS:
             raise _RowError(f"{where}.type: expected one of {choices(MEDIA_FIELDS)}, got {kind!r}")
         names = MEDIA_FIELDS[kind]
-        extra = set(desc) - {"type", *names}
+        extra = set(desc) - {"type", "id", *names}
         if extra:
-            raise _RowError(f"{where}: unknown key {sorted(extra)[0]!r} for {kind} (keys: {choices(names)})")
+            raise _RowError(f"{where}: unknown key {sorted(extra)[0]!r} for {kind} (keys: {choices((*names, 'id'))})")
         missing = [n for n in names if n not in desc]
         if missing:
             raise _RowError(f"{where}: {kind} needs {missing[0]!r}")
@@ -168,17 +199,20 @@ def _parse_media(value, factory: MediaFactory) -> list[MediaItem]:
                 seconds = _number(f"{where}.seconds", desc["seconds"])
                 if seconds <= 0:
                     raise _RowError(f"{where}.seconds: must be > 0, got {desc['seconds']!r}")
-                items.append(factory.audio(seconds))
+                item = factory.audio(seconds)
             else:
                 shape = tuple(_integer(f"{where}.{n}", desc[n], 1) for n in names)
-                items.append(factory.get(kind, shape))
+                item = factory.get(kind, shape)
         except UserError as exc:  # the model does not take this medium
             raise _RowError(f"{where}: {exc.message}") from None
+        items.append(_with_id(where, item, desc, ids))
     return items
 
 
-def _build_request(row: dict, request_id: int, speedup: float, factory: MediaFactory) -> tuple[float, Request]:
-    """Validate one row (a field -> value dict, CSV strings or JSON values)."""
+def _build_request(row: dict, request_id: int, speedup: float, factory: MediaFactory,
+                   ids: dict) -> tuple[float, Request]:
+    """Validate one row (a field -> value dict, CSV strings or JSON values); ``ids``
+    maps the media ids seen so far to their shapes."""
     unknown = [k for k in row if k not in FIELDS]
     if unknown:
         raise _RowError(f"unknown field {unknown[0]!r} (fields: {choices(FIELDS)})")
@@ -191,7 +225,7 @@ def _build_request(row: dict, request_id: int, speedup: float, factory: MediaFac
         raise _RowError(f"timestamp: must be >= 0, got {row['timestamp']!r}")
     text_tokens = _integer("text_tokens", row["text_tokens"], 0)
     output_tokens = _integer("output_tokens", row["output_tokens"], 1)
-    items = _parse_media(row.get("media"), factory)
+    items = _parse_media(row.get("media"), factory, ids)
 
     derived = request_modality(items)
     modality = row.get("modality") or derived
@@ -273,6 +307,7 @@ def read_trace(path: Path, model, speedup: float = 1.0, limit: int | None = None
     if not speedup > 0:
         raise ValueError(f"speedup must be > 0, got {speedup}")
     factory = MediaFactory(model)
+    ids: dict[str, tuple] = {}
     requests: list[Request] = []
     last = 0.0
     try:
@@ -284,7 +319,7 @@ def read_trace(path: Path, model, speedup: float = 1.0, limit: int | None = None
                 try:
                     if isinstance(row, _RowError):
                         raise row
-                    timestamp, request = _build_request(row, len(requests), speedup, factory)
+                    timestamp, request = _build_request(row, len(requests), speedup, factory, ids)
                     if timestamp < last:
                         raise _RowError(f"timestamp {timestamp!r} is before the previous row's {last!r}")
                 except _RowError as exc:
