@@ -349,6 +349,20 @@ def policy(draw, system: str):
 
 
 @st.composite
+def host_stage(draw, kind: str):
+    """Host preprocessing: where it runs, how many processes, measured or constant (slow) costs."""
+    places = ["auto", "api_server", "none"] + (["encode_worker"] if kind in ("e_pd", "e_p_d") else [])
+    host = {"placement": draw(st.sampled_from(places)), "workers": draw(weighted((1, 3), (2, 1), (4, 1)))}
+    if draw(st.integers(0, 3)) == 0:
+        host["encode_worker_processes"] = draw(st.sampled_from([1, 2]))
+    if draw(st.integers(0, 3)) == 0:  # a slow host: queues in front of the GPUs
+        host.update(per_request_s=draw(st.sampled_from([0.0, 0.01])), per_item_s=draw(st.sampled_from([0.05, 0.3])))
+    elif draw(st.integers(0, 3)) == 0:
+        host["cpu_speed"] = draw(st.sampled_from([0.1, 3.0]))
+    return host
+
+
+@st.composite
 def scenario_cases(draw):
     """(raw scenario mapping, KV target factor or None)."""
     system = draw(st.sampled_from(SYSTEM_NAMES))
@@ -412,6 +426,7 @@ def scenario_cases(draw):
             wl["num_requests"] = 12
         if "duration_s" in wl:
             wl["duration_s"] = min(wl["duration_s"], round(12 / wl["arrival"]["rate"], 6))
+    raw["host"] = draw(host_stage(kind))
     if raw["policy"]["queue"].get("priority") == "edf" or system == "rps-serve-edf" or draw(st.integers(0, 3)) == 0:
         raw["slo"] = {"ttft_s": {"text": 1.0, "image": 2.0, "video": 4.0, "audio": 2.0}, "tpot_s": 0.1}
     sim: dict = {}
@@ -552,6 +567,23 @@ def _time_order(row, req, kind: str, admission: str | None) -> list[str]:
     return bad
 
 
+def _host_order(row, req, placement: str | None) -> list[str]:
+    """Host preprocessing on a finished request: none without a host stage; else
+    arrived <= preprocess_started <= preprocess_finished <= first_token, and with the API-server
+    placement (everything preprocessed before the deployment sees the request)
+    preprocess_finished <= prefill_started and <= encode_started."""
+    s, f, rid = row.preprocess_started_at, row.preprocess_finished_at, row.request_id
+    if placement is None:
+        return [] if _nan(s) and _nan(f) else [f"host: request {rid} has preprocess times without a host stage"]
+    if _nan(s) or _nan(f) or not (row.arrived_at <= s <= f <= row.first_token_at):
+        return [f"host: request {rid}: arrived {row.arrived_at!r} <= preprocess {s!r}..{f!r} <= first_token "
+                f"{row.first_token_at!r} fails"]
+    if placement == "api_server" and not (f <= row.prefill_started_at and (not req.media_segments
+                                                                            or f <= row.encode_started_at)):
+        return [f"host: request {rid} was prefilled or encoded before its preprocessing ended at {f!r}"]
+    return []
+
+
 def _pool_of(engine_name: str) -> str:
     base = engine_name.rstrip("0123456789")
     return "llm" if base == "replica" else base
@@ -640,8 +672,10 @@ def violations(scn, run) -> list[str]:
                    f"{row.reject_reason!r}")
 
     # ------------------------------------------------------------ time order
+    placement = (summary.get("host") or {}).get("placement")
     for row in df[statuses == "finished"].itertuples():
-        found = _time_order(row, by_id[row.request_id], kind, admission)
+        found = _time_order(row, by_id[row.request_id], kind, admission) + _host_order(row, by_id[row.request_id],
+                                                                                         placement)
         if found:
             bad.extend(found[:2])
             break
