@@ -42,7 +42,7 @@ def report_rows(text: str) -> dict[tuple[str, str], str]:
     rows = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 6 and cells[0] not in ("figure", "---") and not set(cells[0]) <= {"-"}:
+        if len(cells) >= 6 and cells[0] not in ("figure", "---") and not set(cells[0]) <= {"-"}:
             rows[(cells[0], cells[1])] = cells[3]
     return rows
 
@@ -51,7 +51,7 @@ def paper_values(text: str) -> dict[tuple[str, str], str]:
     rows = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 6 and cells[0] not in ("figure",) and not set(cells[0]) <= {"-"}:
+        if len(cells) >= 6 and cells[0] not in ("figure",) and not set(cells[0]) <= {"-"}:
             rows[(cells[0], cells[1])] = cells[2]
     return rows
 

@@ -258,10 +258,19 @@ def test_reproduce_rserve_one_figure_reports_its_claims(tmp_path):
 def test_reproduce_easerve_one_figure(tmp_path):
     from lmmsim.reproduce import reproduce
 
-    report = reproduce("easerve", tmp_path / "rep", quick=True, jobs=1, figures=["table6"])
-    rows = [line for line in report.read_text().splitlines() if line.startswith("| table6 |")]
+    report = reproduce("easerve", tmp_path / "rep", quick=True, jobs=1, figures=["table6"],
+                       sets=("host.cpu_speed=2",))
+    text = report.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| table6 |")]
     assert len(rows) == 3 and all("nan" not in r for r in rows)
     assert (tmp_path / "rep" / "table6-bars.png").stat().st_size > 1000
+    # the fixed override is in every run and named in the title; the fitted constant's values beside
+    assert "Every run with: `host.cpu_speed=2`" in text and "| before |" in text
+    assert rows[1].endswith("| 0.00196 |")
+    runs = pd.read_parquet(tmp_path / "rep" / "table6" / "results.parquet")
+    assert (runs["host.cpu_speed"] == 2).all()
+    with pytest.raises(UserError, match="--set"):
+        reproduce("easerve", tmp_path / "x", figures=["table6"], sets=("host.cpu_speed",))
 
 
 def test_reproduce_easerve_goodput_tiers(tmp_path):

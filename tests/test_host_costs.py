@@ -143,3 +143,24 @@ def test_encoder_call_host_time_is_part_of_an_in_engine_encode():
     assert gpu_s < 0.5
     assert cost.encode_call_s(works) == pytest.approx(0.5 + call.h2d_s(works[0]))
     assert math.isclose(cost.encode_s(works), gpu_s)  # the GPU time itself is unchanged
+
+
+def test_a_text_request_pays_tokenisation_only():
+    """api_server placement: tokenisation at the measured vocabulary nearest the model's, no media."""
+    from types import SimpleNamespace
+
+    from lmmsim.assembly.host_stage import HostStage
+
+    from conftest import text_request
+
+    model = catalog.get_model("qwen2.5-vl-7b")  # vocabulary 152,064: the 151,646 rows
+    costs = HostCosts(load_profile(str(PROFILE)), model)
+    tok = _csv("tokenize")
+    at_2048 = tok[(tok["vocab_size"] == 151646) & (tok["tokens"] == 2048)]["time_ms"].item()
+    assert costs.tokenize_s(2048) == pytest.approx(at_2048 * 1e-3, rel=1e-12)
+    stage = HostStage("api_server", costs, 1, 1)
+    pool = stage.make_front(None, None)
+    seq = SimpleNamespace(request=text_request(0, 0.0, 2048, 1))
+    assert pool.cost_s(seq) == pytest.approx(at_2048 * 1e-3, rel=1e-12)
+    image = model.image_item(448, 448)
+    assert costs.item_s(image) > 0 and costs.item_s(image, processed=True) < costs.item_s(image)

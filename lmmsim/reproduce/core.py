@@ -32,6 +32,10 @@ class Claim:
 
     ``why``: the known cause when the simulator differs; REPORT.md lists it
     under the table for a row whose direction or magnitude misses.
+
+    ``before``: the value an earlier model of the simulator gave, from a committed
+    run that ``before_label`` names (e.g. a fitted constant since replaced by a
+    mechanism); REPORT.md shows it in a column when any claim has one.
     """
 
     text: str
@@ -39,6 +43,8 @@ class Claim:
     simulated: Callable[[pd.DataFrame], float]  # from results.parquet
     kind: str = "ratio"
     why: str = ""
+    before: float | None = None
+    before_label: str = ""
 
     def misses(self, value: float) -> bool:
         """Direction wrong, or magnitude outside 0.65-1.35 (where it has one)."""
@@ -127,17 +133,22 @@ def reproduce(paper: str, out: Path, *, papers: dict, quick: bool = False, jobs:
         for claim in fig.claims:
             rows.append((fig.name, claim, float(claim.simulated(ok))))
     report = out_dir.file("REPORT.md")
+    label = next((c.before_label for _, c, _ in rows if c.before is not None), None)
     lines = [f"# Reproduction: {paper}{' (quick)' if quick else ''}", "",
              *([f"Every run with: {', '.join(f'`{s}`' for s in sets)}.", ""] if sets else []),
              "Direction: does the simulator move the same way as the paper. Magnitude: the simulator's effect "
              "over the paper's (1.00 = same size; within 0.65-1.35 counts as matching).", "",
-             "| figure | claim | paper | simulator | direction | magnitude |", "|---|---|---:|---:|:---:|---:|"]
+             *([f"Before: {label}.", ""] if label else []),
+             "| figure | claim | paper | simulator | direction | magnitude |" + (" before |" if label else ""),
+             "|---|---|---:|---:|:---:|---:|" + ("---:|" if label else "")]
     for fig_name, claim, value in rows:
         direction = claim.direction_matches(value)
         mark = "-" if direction is None else ("yes" if direction else "**no**")
         mag = claim.magnitude(value)
         mag_text = "-" if claim.kind == "holds" else (f"{mag:.2f}" if 0.65 <= mag <= 1.35 else f"**{mag:.2f}**")
-        lines.append(f"| {fig_name} | {claim.text} | {claim.paper:.3g} | {value:.3g} | {mark} | {mag_text} |")
+        before = ("" if not label else " - |" if claim.before is None else f" {claim.before:.3g} |")
+        lines.append(f"| {fig_name} | {claim.text} | {claim.paper:.3g} | {value:.3g} | {mark} | {mag_text} |"
+                     + before)
     notes = [(f, c) for f, c, v in rows if c.why and c.misses(v)]
     if notes:
         lines += ["", "## Where it differs, and why", ""]
