@@ -264,9 +264,9 @@ def test_reproduce_easerve_one_figure(tmp_path):
     rows = [line for line in text.splitlines() if line.startswith("| table6 |")]
     assert len(rows) == 3 and all("nan" not in r for r in rows)
     assert (tmp_path / "rep" / "table6-bars.png").stat().st_size > 1000
-    # the fixed override is in every run and named in the title; the fitted constant's values beside
-    assert "Every run with: `host.cpu_speed=2`" in text and "| before |" in text
-    assert rows[1].endswith("| 0.00196 |")
+    # the fixed override is in every run and named in the title; a quick run is a smoke test: no verdicts
+    assert "Every run with: `host.cpu_speed=2`" in text and "smoke test" in text
+    assert "direction" not in text and all(r.count("|") == 5 for r in rows)
     runs = pd.read_parquet(tmp_path / "rep" / "table6" / "results.parquet")
     assert (runs["host.cpu_speed"] == 2).all()
     with pytest.raises(UserError, match="--set"):

@@ -124,7 +124,9 @@ def _add_experiment_commands(sub) -> None:
                    help="a fixed scenario key for every run of every figure (e.g. host.cpu_speed=2); repeatable")
     p.add_argument("--figures", nargs="+", metavar="NAME", help="only these figures (e.g. fig17 fig20)")
     p.add_argument("-o", "--output", required=True, help="folder for sweeps, figures and REPORT.md")
-    p.add_argument("--quick", action="store_true", help="fewer requests per run")
+    p.add_argument("--quick", action="store_true", help="fewer requests per run, one seed: a smoke test, no verdicts")
+    p.add_argument("--seeds", type=int, help="seeds per run point; every claim gets a 95%% CI over them "
+                                             "(default 5; 1 with --quick)")
     p.add_argument("--jobs", type=int, help="local worker processes")
     p.add_argument("--force", action="store_true", help="write into a folder that holds files, replacing only those lmmsim wrote there")
     p.set_defaults(func=cmd_reproduce)

@@ -11,6 +11,7 @@ import pandas as pd
 
 from lmmsim.errors import UserError, choices
 from lmmsim.outputs import OutputDir, atomic_path, write_text_atomic
+from lmmsim.reproduce.stats import SeedStats, direction, magnitude_interval, magnitude_misses, magnitude_text
 
 ROOT = Path(__file__).resolve().parent.parent.parent / "scenarios" / "reproduce"
 
@@ -82,79 +83,129 @@ class Figure:
     # Instead of running ``sweep`` as a sweep: ``make(sweep_path, folder, quick, jobs)``
     # writes ``folder/results.parquet`` (one row per point, a ``status`` column) itself.
     make: Callable[[Path, Path, bool, int | None], None] | None = None
+    # False: ``sweep`` names no sweep (a search spec for ``make``): no --set or seed overrides
+    # apply, and its claims come from one run
+    is_sweep: bool = True
+
+
+DEFAULT_SEEDS = 5  # seeds per claim in a full run (a quick run: 1, and no verdicts)
 
 
 def reproduce(paper: str, out: Path, *, papers: dict, quick: bool = False, jobs: int | None = None,
-              force: bool = False, figures: list[str] | None = None, sets: tuple[str, ...] = ()) -> Path:
+              force: bool = False, figures: list[str] | None = None, sets: tuple[str, ...] = (),
+              seeds: int | None = None) -> Path:
     """Run the paper's figure sweeps into ``out``, draw the plots, write ``REPORT.md``
     (``papers``: paper -> its figures, :data:`lmmsim.reproduce.PAPERS`; ``figures``:
     only these, by name; ``sets``: ``KEY=VALUE`` overrides fixed in every run, for
-    sensitivity studies -- the report's title lists them)."""
-    from lmmsim.plotting.figures import plot
-    from lmmsim.sweep.runner import run_sweep
-
+    sensitivity studies -- the report's title lists them; ``seeds``: runs per point,
+    seeds ``seed .. seed + seeds - 1``, default :data:`DEFAULT_SEEDS` (1 with ``quick``)).
+    Every claim is evaluated once per seed and reported with its 95% CI
+    (:mod:`lmmsim.reproduce.stats`); a quick run is a smoke test and gives no verdicts."""
     if paper not in papers:
         raise UserError("PAPER", f"no reproduction for {paper!r} yet; valid: {choices(papers)}")
-    chosen = papers[paper]
-    if figures:
-        names = [f.name for f in chosen]
-        unknown = [f for f in figures if f not in names]
-        if unknown:
-            raise UserError("--figures", f"no figure {unknown[0]!r} for {paper}; valid: {choices(names)}")
-        chosen = tuple(f for f in chosen if f.name in figures)
+    seeds = seeds if seeds is not None else (1 if quick else DEFAULT_SEEDS)
+    if seeds < 1:
+        raise UserError("--seeds", f"must be at least 1, got {seeds}")
+    chosen = _chosen(paper, papers[paper], figures)
     out_dir = OutputDir(out, force=force)
-    out = out_dir.path
     # Every path this run writes, checked before the first sweep starts: a user's file
     # in the way stops it at once, not after minutes of simulation.
     out_dir.check("REPORT.md", *(f"{fig.name}/" for fig in chosen),
-                  *(f".{fig.name}.quick.yaml" for fig in chosen if quick),
-                  *(f".{fig.name}.set.yaml" for fig in chosen if sets),
+                  *(f".{fig.name}.{what}.yaml" for fig in chosen for what in ("quick", "set", "seeds")),
                   *(_plot_file(fig.name, kind, opts if [k for k, _ in fig.plots].count(kind) > 1 else {})
                     for fig in chosen for kind, opts in fig.plots))
     rows = []
     for fig in chosen:
-        sweep = ROOT / paper / fig.sweep
-        if sets:
-            sweep = with_overrides(sweep, out_dir.file(f".{fig.name}.set.yaml"), _checked_sets(sets))
-        folder = out_dir.folder(fig.name)
-        if fig.make is not None:
-            fig.make(sweep, folder, quick, jobs)
-            frame = pd.read_parquet(folder / "results.parquet")
-        else:
-            if quick and fig.quick_set:
-                sweep = with_overrides(sweep, out_dir.file(f".{fig.name}.quick.yaml"), fig.quick_set)
-            frame = run_sweep(sweep, folder, jobs=jobs, progress=False)
-        ok = frame[frame["status"] == "ok"]
-        kinds = [kind for kind, _ in fig.plots]
-        for kind, options in fig.plots:
-            name = _plot_file(fig.name, kind, options if kinds.count(kind) > 1 else {})
-            with atomic_path(out_dir.file(name)) as tmp:
-                plot(kind, folder, tmp, force=True, **options)
-        for claim in fig.claims:
-            rows.append((fig.name, claim, float(claim.simulated(ok))))
+        ok = _run_figure(paper, fig, out_dir, quick=quick, jobs=jobs, sets=sets, seeds=seeds)
+        rows += [(fig.name, claim, seed_stats(claim, ok)) for claim in fig.claims]
     report = out_dir.file("REPORT.md")
-    label = next((c.before_label for _, c, _ in rows if c.before is not None), None)
-    lines = [f"# Reproduction: {paper}{' (quick)' if quick else ''}", "",
-             *([f"Every run with: {', '.join(f'`{s}`' for s in sets)}.", ""] if sets else []),
-             "Direction: does the simulator move the same way as the paper. Magnitude: the simulator's effect "
-             "over the paper's (1.00 = same size; within 0.65-1.35 counts as matching).", "",
-             *([f"Before: {label}.", ""] if label else []),
-             "| figure | claim | paper | simulator | direction | magnitude |" + (" before |" if label else ""),
-             "|---|---|---:|---:|:---:|---:|" + ("---:|" if label else "")]
-    for fig_name, claim, value in rows:
-        direction = claim.direction_matches(value)
-        mark = "-" if direction is None else ("yes" if direction else "**no**")
-        mag = claim.magnitude(value)
-        mag_text = "-" if claim.kind == "holds" else (f"{mag:.2f}" if 0.65 <= mag <= 1.35 else f"**{mag:.2f}**")
-        before = ("" if not label else " - |" if claim.before is None else f" {claim.before:.3g} |")
-        lines.append(f"| {fig_name} | {claim.text} | {claim.paper:.3g} | {value:.3g} | {mark} | {mag_text} |"
-                     + before)
-    notes = [(f, c) for f, c, v in rows if c.why and c.misses(v)]
-    if notes:
-        lines += ["", "## Where it differs, and why", ""]
-        lines += [f"* {f}, {c.text}: {c.why}" for f, c in notes]
-    write_text_atomic(report, "\n".join(lines) + "\n")
+    write_text_atomic(report, render_report(paper, rows, quick=quick, sets=sets, seeds=seeds))
     return report
+
+
+def _chosen(paper: str, figures_of_paper: tuple, names: list[str] | None) -> tuple:
+    if not names:
+        return figures_of_paper
+    known = [f.name for f in figures_of_paper]
+    unknown = [f for f in names if f not in known]
+    if unknown:
+        raise UserError("--figures", f"no figure {unknown[0]!r} for {paper}; valid: {choices(known)}")
+    return tuple(f for f in figures_of_paper if f.name in names)
+
+
+def _run_figure(paper: str, fig: Figure, out_dir, *, quick: bool, jobs, sets, seeds: int) -> pd.DataFrame:
+    """Run one figure (its sweep, or its own ``make``), draw its plots; the ok rows."""
+    from lmmsim.plotting.figures import plot
+    from lmmsim.sweep.runner import run_sweep
+
+    sweep = ROOT / paper / fig.sweep
+    if sets and fig.is_sweep:
+        sweep = with_overrides(sweep, out_dir.file(f".{fig.name}.set.yaml"), _checked_sets(sets))
+    if seeds > 1 and fig.is_sweep:
+        sweep = with_overrides(sweep, out_dir.file(f".{fig.name}.seeds.yaml"), (), repeats=seeds)
+    folder = out_dir.folder(fig.name)
+    if fig.make is not None:
+        fig.make(sweep, folder, quick, jobs)
+        frame = pd.read_parquet(folder / "results.parquet")
+    else:
+        if quick and fig.quick_set:
+            sweep = with_overrides(sweep, out_dir.file(f".{fig.name}.quick.yaml"), fig.quick_set)
+        frame = run_sweep(sweep, folder, jobs=jobs, progress=False)
+    ok = frame[frame["status"] == "ok"]
+    kinds = [kind for kind, _ in fig.plots]
+    for kind, options in fig.plots:
+        name = _plot_file(fig.name, kind, options if kinds.count(kind) > 1 else {})
+        with atomic_path(out_dir.file(name)) as tmp:
+            plot(kind, folder, tmp, force=True, **options)
+    return ok
+
+
+def seed_stats(claim: Claim, ok: pd.DataFrame) -> SeedStats:
+    """The claim evaluated on each seed's rows (the sweep's ``repeat``), or once on all of them."""
+    if "repeat" in ok.columns and ok["repeat"].nunique() > 1:
+        return SeedStats(tuple(float(claim.simulated(part)) for _, part in ok.groupby("repeat", sort=True)))
+    return SeedStats((float(claim.simulated(ok)),))
+
+
+def _value_text(claim: Claim, s: SeedStats) -> str:
+    """A holds claim as the share of seeds it holds in; any other as mean ± CI half-width."""
+    if claim.kind == "holds" and s.n > 1:
+        return f"holds in {sum(1 for v in s.values if v == 1)}/{s.n}"
+    return s.text()
+
+
+def render_report(paper: str, rows: list, *, quick: bool, sets: tuple[str, ...], seeds: int) -> str:
+    """REPORT.md: one row per claim; verdict columns only for a full run."""
+    label = next((c.before_label for _, c, _ in rows if c.before is not None), None)
+    title = f"# Reproduction: {paper}" + (" (quick: a smoke test, no verdicts)" if quick else "")
+    lines = [title, "", *([f"Every run with: {', '.join(f'`{s}`' for s in sets)}.", ""] if sets else [])]
+    if quick:
+        lines += ["Fewer requests per run and one seed: the numbers show that every figure runs; they are not "
+                  "evidence for or against a claim (a full run gives the verdicts).", "",
+                  "| figure | claim | paper | simulator |", "|---|---|---:|---:|"]
+        lines += [f"| {f} | {c.text} | {c.paper:.3g} | {_value_text(c, s)} |" for f, c, s in rows]
+        return "\n".join(lines) + "\n"
+    lines += [f"Each claim over {seeds} seed(s): the simulator's mean ± the half-width of its 95% CI. Direction: "
+              "yes when the whole CI lies on the paper's side, tie when it straddles, no when it lies on the "
+              "other. Magnitude: the simulator's effect over the paper's (1.00 = same size), with its CI; bold "
+              "when the whole CI lies outside 0.65-1.35.", "",
+              *([f"Before: {label}.", ""] if label else []),
+              "| figure | claim | paper | simulator | direction | magnitude |" + (" before |" if label else ""),
+              "|---|---|---:|---:|:---:|---:|" + ("---:|" if label else "")]
+    notes = []
+    for fig_name, claim, s in rows:
+        verdict = direction(claim.kind, claim.paper, s)
+        interval = magnitude_interval(claim.kind, claim.paper, s)
+        mag = "-" if interval is None else magnitude_text(interval, claim.magnitude(s.mean))
+        mark = "**no**" if verdict == "no" else verdict
+        before = ("" if not label else " - |" if claim.before is None else f" {claim.before:.3g} |")
+        lines.append(f"| {fig_name} | {claim.text} | {claim.paper:.3g} | {_value_text(claim, s)} | {mark} | {mag} |"
+                     + before)
+        if claim.why and (verdict not in ("yes", "-") or magnitude_misses(interval)):
+            notes.append(f"* {fig_name}, {claim.text}: {claim.why}")
+    if notes:
+        lines += ["", "## Where it differs, and why", "", *notes]
+    return "\n".join(lines) + "\n"
 
 
 def _plot_file(figure: str, kind: str, options: dict) -> str:
@@ -172,8 +223,9 @@ def _checked_sets(sets: tuple[str, ...]) -> tuple[str, ...]:
     return sets
 
 
-def with_overrides(sweep: Path, target: Path, sets: tuple[str, ...]) -> Path:
-    """A copy of ``sweep`` with extra fixed overrides (``--quick``), base path kept absolute."""
+def with_overrides(sweep: Path, target: Path, sets: tuple[str, ...], repeats: int | None = None) -> Path:
+    """A copy of ``sweep`` with extra fixed overrides (``--quick``, ``--set``) and, given
+    ``repeats``, that many runs per point (seeds); base path kept absolute."""
     import yaml
 
     raw = yaml.safe_load(sweep.read_text())
@@ -181,5 +233,7 @@ def with_overrides(sweep: Path, target: Path, sets: tuple[str, ...]) -> Path:
         raw["base"] = str((sweep.parent / raw["base"]).resolve())
     extra = dict(s.split("=", 1) for s in sets)
     raw["set"] = {**raw.get("set", {}), **{k: yaml.safe_load(v) for k, v in extra.items()}}
+    if repeats is not None:
+        raw["repeats"] = repeats
     write_text_atomic(target, yaml.safe_dump(raw, sort_keys=False))
     return target

@@ -122,10 +122,10 @@ WHY_MODSERVE = ("ModServe's TP2 LLM half saturates near 1.3 req/s on LLaVA-72B i
 WHY_ABLATION = ("with no KV pressure here there is no preemption waste for aging to save; the naive classifier "
                 "makes every long text sand and static priorities never let a heavy request age past sand, which "
                 "favours text.")
-WHY_K = ("the differences are within seed noise: one of the three seeds' text P95 TTFT (2.5-4.6 s) dominates the "
-         "other two (1.15-1.25 s) at every k; with host preprocessing in front (it shifts each arrival by a few "
-         "ms) the mean over seeds is 2.06 / 1.70 / 2.30 / 1.65 s for k = 2..5, where it was lowest at k = 3 "
-         "without it. Long texts dominate text P95 TTFT.")
+WHY_K = ("no k is consistently best: over 5 seeds the lowest text P95 TTFT falls to k = 5, 2, 5, 4, 2 and the "
+         "highest to k = 4, 5, 2, 2, 5; seed 0's P95s (2.5-4.6 s) are 2-4x the other seeds' (1.15-1.84 s), so the "
+         "mean over seeds (1.95 / 1.73 / 2.03 / 1.66 s for k = 2..5) follows one seed. Long texts dominate text "
+         "P95 TTFT.")
 
 FIGURES: tuple[Figure, ...] = (
     Figure(
