@@ -281,12 +281,13 @@ def test_reproduce_easerve_goodput_tiers(tmp_path):
 
     report = reproduce("easerve", tmp_path / "rep", quick=True, jobs=1, figures=["fig9-image"])
     rows = [line for line in report.read_text().splitlines() if line.startswith("| fig9-image |")]
-    assert len(rows) == 3 and all("nan" not in r for r in rows)
+    assert len(rows) == 5 and all("nan" not in r for r in rows)
     tiers = pd.read_parquet(tmp_path / "rep" / "fig9-image" / "results.parquet")
     runs = pd.read_parquet(tmp_path / "rep" / "fig9-image" / "sweep" / "results.parquet")
-    assert len(tiers) == 5 * 5 and set(tiers["slo.scale"]) == {2, 5, 10, 20, 50}
-    # the tiers scale the slowest system's P99s at the lowest rate
-    lowest = runs[runs["workload.arrival.rate"] == runs["workload.arrival.rate"].min()]
+    assert len(tiers) == 7 * 5 and set(tiers["slo.scale"]) == {2, 5, 10, 20, 50}
+    # the tiers scale the slowest of the paper's systems' P99s at the lowest rate (not the searched best ones)
+    lowest = runs[(runs["workload.arrival.rate"] == runs["workload.arrival.rate"].min())
+                  & ~runs["name"].str.endswith("-best")]
     two = tiers[tiers["slo.scale"] == 2].iloc[0]
     assert two["slo.ttft_p99_s"] == 2 * lowest["ttft_s.p99"].max()
     assert two["slo.tpot_p99_s"] == 2 * lowest["tpot_s.p99"].max()

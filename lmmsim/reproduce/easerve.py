@@ -61,6 +61,13 @@ WHY_TPOT = ("both decode at their native rate here: at the paper's 2 req/s (10 o
 WHY_AUDIO_VLLM = ("vLLM TP8 saturates at 13.1 req/s on audio here (x5 clock, fig10-audio at 25 req/s) while Dynamo, "
                   "not encode-bound, reaches 16.7 with its TP4 decode worker; the paper's Dynamo (0.98 req/s) is "
                   "encode-bound (plots/easerve/HOST.md).")
+WHY_BEST = ("against each baseline's best configuration under the same 8 GPUs (`python "
+            "bench/easerve_best_baselines.py`: Dynamo with 2 TP2 prefill workers, vLLM as 4 x TP2 on image and "
+            "video, 2 x TP4 on audio) EAServe's lead is gone: moderate-tier goodput 3.42 vs 3.48 (Dynamo) / 4.35 "
+            "(vLLM) req/s on image, 4.97 vs 4.75 / 5.00 on video (5 seeds); the presets' Dynamo idles a GPU and "
+            "runs one TP2 prefill worker, the presets' vLLM runs TP8, whose all-reduces over PCIe cost more than "
+            "data parallelism on this 8-GPU PCIe box. HAS searches EAServe's own space only and keeps one "
+            "allocation (issue 17: top-K and co-location on/off are not in it yet).")
 WHY_CV = ("EAServe has more headroom at 2 req/s here than in the paper (P99 TTFT 4 s vs 10.2 s), so bursts "
           "queue less.")
 WHY_VIDEO = ("a Qwen2.5-VL request here is ~60 ms of encoder GPU work (16 frames of 448x448; Dynamo's encoder "
@@ -110,7 +117,9 @@ def _tiered_goodput(sweep: Path, folder: Path, quick: bool, jobs: int | None) ->
     frame = run_sweep(sweep, folder / "sweep", jobs=jobs, progress=False)
     ok = frame[frame["status"] == "ok"]
     lowest = ok[ok[RATE] == ok[RATE].min()].groupby("name")[["ttft_s.p99", "tpot_s.p99"]].mean()
-    # one SLO for every system and seed: the slowest system's mean P99s at the lowest rate
+    # one SLO for every system and seed: the slowest of the paper's systems' mean P99s at the lowest rate
+    # (the searched best baselines, ``*-best``, are judged on those tiers but do not set them)
+    lowest = lowest[~lowest.index.str.endswith("-best")]
     ttft_base, tpot_base = float(lowest["ttft_s.p99"].max()), float(lowest["tpot_s.p99"].max())
     parts = [tiered_goodput(part, GOODPUT_SCALES, ttft_base, tpot_base).assign(repeat=r)
              for r, part in ok.groupby("repeat", sort=True)]  # goodput per seed
@@ -148,14 +157,19 @@ def _fig9(modality: str, dynamo: float, vllm: float) -> Figure:
             Claim(f"{modality}: EAServe's goodput above vLLM's and Dynamo's at every tier", 1, _goodput_highest,
                   kind="holds"),
             *((_DYNAMO_VS_VLLM[modality],) if modality in _DYNAMO_VS_VLLM else ()),
+            # the paper's baselines are their best configurations: ours from bench/easerve_best_baselines.py
+            Claim(f"{modality}: goodput EAServe / best Dynamo configuration, moderate tier", dynamo,
+                  lambda df: _goodput_ratio(df, "dynamo-best"), why=WHY_BEST),
+            Claim(f"{modality}: goodput EAServe / best vLLM configuration (replicas x TP), moderate tier", vllm,
+                  lambda df: _goodput_ratio(df, "vllm-best"), why=WHY_BEST),
         ),
     )
 
 
-def _top_rate_throughput_highest(df: pd.DataFrame) -> float:
-    """1 if the HAS-tuned EAServe's throughput at the sweep's top rate beats Dynamo's and vLLM's."""
+def _top_rate_throughput_highest(df: pd.DataFrame, baselines=("dynamo", "vllm")) -> float:
+    """1 if the HAS-tuned EAServe's throughput at the sweep's top rate beats the ``baselines``'."""
     top = {RATE.replace(".", "__"): float(df[RATE].max())}
-    return float(_at(df, OURS, TPUT, **top) > max(_at(df, s, TPUT, **top) for s in ("dynamo", "vllm")))
+    return float(_at(df, OURS, TPUT, **top) > max(_at(df, s, TPUT, **top) for s in baselines))
 
 
 def _ratio_at(metric: str, rate: float):
@@ -170,6 +184,9 @@ def _fig10(modality: str, p99_collapse: float | None, top_rate: float = 5,
     claims = [
         Claim(f"{modality}: EAServe throughput at {top_rate:g} req/s above Dynamo's and vLLM's", 1,
               _top_rate_throughput_highest, kind="holds"),
+        Claim(f"{modality}: EAServe throughput at {top_rate:g} req/s above the best Dynamo and vLLM "
+              "configurations'", 1, lambda df: _top_rate_throughput_highest(df, ("dynamo-best", "vllm-best")),
+              kind="holds", why=WHY_BEST),
     ]
     if tpot_drop is not None:
         claims.append(Claim(f"{modality}: P99 TPOT Dynamo / EAServe at the paper's 2 req/s", tpot_drop[0],
