@@ -48,7 +48,11 @@ WHY_COLLAPSE = ("at 2 req/s our Dynamo is below its ceiling on video (its TP2 pr
                 "1.7 req/s) it does, and the ratio is the paper's size.")
 WHY_PLATFORM = ("EAServe is prefill-bound on both platforms; the cost model takes the RTX 6000 Ada's datasheet "
                 "364 dense bf16 TFLOPS (above the A100's 312) and not its sustained clocks under a 300 W limit; "
-                "the A100's 2.1x HBM bandwidth speeds decode, which is not the bottleneck here.")
+                "the A100's 2.1x HBM bandwidth speeds decode, which is not the bottleneck here. Tuning EAServe per "
+                "platform does not help yet: `lmmsim search scenarios/reproduce/easerve/image-llava34b.yaml --set "
+                "hardware.gpu=a100-sxm-80gb --set hardware.interconnect=nvlink --rate 5 --budget 30 --jobs 2 "
+                "--trial-requests 500` keeps one allocation after Stage 1 (E5-P1x1-D1x2-L5x1) and reaches 1.83 "
+                "req/s, below the preset's 3.02.")
 WHY_SM = ("at 50 req/s the decode worker's max_running (256, vLLM's default max_num_seqs on a 48 GB GPU) binds "
           "first: prefilled requests wait for a decode slot (P99 TTFT ~43 s), so the SM split moves P99 TTFT by "
           "under 0.1% either way over seeds 0-2; with max_running 1024 (vLLM's default on >= 70 GB GPUs) the "
