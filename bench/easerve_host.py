@@ -37,22 +37,13 @@ SCENARIOS = {"image": "image-llava34b.yaml", "video": "video-qwen32b.yaml", "aud
 PAPER_DYNAMO_GOODPUT = {"image": 0.95, "video": 0.95, "audio": 0.98}
 
 
-def report_rows(text: str) -> dict[tuple[str, str], str]:
-    """(figure, claim) -> the simulator's value in a REPORT.md table."""
+def report_column(text: str, column: int) -> dict[tuple[str, str], str]:
+    """(figure, claim) -> one column of a REPORT.md table (2: the paper's value, 3: the simulator's)."""
     rows = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 4 and cells[0] not in ("figure", "---") and not set(cells[0]) <= {"-"}:
-            rows[(cells[0], cells[1])] = cells[3]
-    return rows
-
-
-def paper_values(text: str) -> dict[tuple[str, str], str]:
-    rows = {}
-    for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 4 and cells[0] not in ("figure",) and not set(cells[0]) <= {"-"}:
-            rows[(cells[0], cells[1])] = cells[2]
+        if len(cells) >= 4 and cells[0] != "figure" and not set(cells[0]) <= {"-"}:
+            rows[(cells[0], cells[1])] = cells[column]
     return rows
 
 
@@ -93,9 +84,9 @@ def measured_inputs() -> dict[str, float]:
 def write_report(out: Path, reports: dict[float, Path]) -> Path:
     old_text = subprocess.run(["git", "show", f"{OLD_REV}:plots/easerve/REPORT.md"], cwd=ROOT, check=True,
                               capture_output=True, text=True).stdout
-    old = report_rows(old_text)
-    new = {s: report_rows(p.read_text()) for s, p in reports.items()}
-    paper = paper_values(next(iter(reports.values())).read_text())  # the claims as defined today
+    old = report_column(old_text, 3)
+    new = {s: report_column(p.read_text(), 3) for s, p in reports.items()}
+    paper = report_column(next(iter(reports.values())).read_text(), 2)  # the claims as defined today
     keys = [k for k in next(iter(new.values())) if k[0] in FIGURES]
     head = " | ".join(f"host, cpu_speed {s:g}" for s in reports)
     lines = ["# EAServe claims: fitted constant vs measured host preprocessing", "",

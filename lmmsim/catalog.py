@@ -25,6 +25,7 @@ from lmmsim.workload.request import MediaItem
 from lmmsim.yamlio import read_yaml
 
 BYTES_PER_PARAM_BF16 = 2
+WHISPER_MEL_BINS = 128  # Whisper-large-v3 log-mel channels: the audio encoder's conv-stem input
 
 
 class _Strict(BaseModel):

@@ -36,8 +36,6 @@ from lmmsim.errors import UserError
 class ConstantHostCosts:
     """The what-if knob: ``per_request_s`` per request plus ``per_item_s`` per media item."""
 
-    measures_tokenisation = False
-
     def __init__(self, per_request_s: float, per_item_s: float):
         self.per_request_s, self.per_item_s = per_request_s, per_item_s
 

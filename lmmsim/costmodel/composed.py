@@ -71,7 +71,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from lmmsim.catalog import BYTES_PER_PARAM_BF16, GpuSpec, ModelSpec
+from lmmsim.catalog import BYTES_PER_PARAM_BF16, WHISPER_MEL_BINS, GpuSpec, ModelSpec
 from lmmsim.costmodel.base import OperatorPredictor
 from lmmsim.costmodel.engine_overheads import EngineOverheads
 from lmmsim.costmodel.split_view import OPS as _OPS, BorrowedSplit as _BorrowedSplit, Split as _Split, SplitView as _SplitView
@@ -79,7 +79,6 @@ from lmmsim.errors import UserError
 from lmmsim.workload.request import EncoderWork
 
 B = BYTES_PER_PARAM_BF16  # activations are bf16 too
-WHISPER_MEL_BINS = 128  # Whisper-large-v3 log-mel channels (conv stem input)
 
 
 def _ceil_div(a: int, b: int) -> int:

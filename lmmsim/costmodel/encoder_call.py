@@ -37,10 +37,11 @@ from pathlib import Path
 
 import pandas as pd
 
+from lmmsim.catalog import WHISPER_MEL_BINS
+from lmmsim.costmodel.host_costs import processor_family
 from lmmsim.errors import UserError
 
 F32 = 4
-WHISPER_MEL_BINS = 128  # as lmmsim.costmodel.composed
 #: NVIDIA Technical Blog, "Getting Started with CUDA Graphs" (A. Gray, 2019): 3.8 us per short
 #: kernel launched back to back in a stream (the launch-bound rate); see the module docstring.
 CUDA_LAUNCH_US = 3.8
@@ -73,8 +74,6 @@ def encoder_variant(model) -> str | None:
     """Which measured layer stands for a family with two (Qwen2.5-VL's and Qwen3-VL's towers)."""
     if model.encoder is None or model.encoder.family != "qwen_vit":
         return None
-    from lmmsim.costmodel.host_costs import processor_family
-
     return "qwen3_vl" if model.media.image is not None and processor_family(model, "image") == "qwen3_vl" \
         else "qwen2_5_vl"
 

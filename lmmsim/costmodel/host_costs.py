@@ -30,13 +30,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from lmmsim.catalog import WHISPER_MEL_BINS
 from lmmsim.errors import UserError, choices
 
 #: Families whose frames a server processes as images with another family's class:
 #: LLaVA-OneVision's video processor resizes each frame to 384 x 384 and normalises it,
 #: the work SigLIP's image processor does (the profile has no LLaVA-OneVision video rows).
 VIDEO_AS_IMAGES = {"llava_onevision": "siglip"}
-WHISPER_MEL_BINS = 128  # as lmmsim.costmodel.composed
 
 
 class Curve:

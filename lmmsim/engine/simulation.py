@@ -142,9 +142,7 @@ class Simulation:
             self._next_arrival_at = entries[k + 1][0] if k + 1 < len(entries) else math.inf
             seq = seqs[i]
             if job is None:
-                seq.status = "rejected"
-                seq.reject_reason = self.rejected[seq.request.request_id]
-                self._on_finish(seq)
+                self._reject(seq, self.rejected[seq.request.request_id])
                 continue
             host.record(seq, seq.request.arrived_at, *job)
             self.frontend.arrive(seq)
@@ -163,11 +161,15 @@ class Simulation:
             self._next_arrival_at = requests[i + 1].arrived_at if i + 1 < n else math.inf
             reason = self.rejected.get(seq.request.request_id)
             if reason is not None:
-                seq.status = "rejected"
-                seq.reject_reason = reason
-                self._on_finish(seq)
+                self._reject(seq, reason)
                 continue
             enter(seq)
+
+    def _reject(self, seq, reason: str) -> None:
+        """Refused at arrival (lmmsim.build.refusals): ends at once, never enters the deployment."""
+        seq.status = "rejected"
+        seq.reject_reason = reason
+        self._on_finish(seq)
 
     def run(self) -> SimulationResult:
         wall0 = time.perf_counter()

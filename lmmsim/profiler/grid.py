@@ -45,10 +45,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from lmmsim.catalog import ModelSpec
+from lmmsim.catalog import WHISPER_MEL_BINS, ModelSpec
 from lmmsim.profiler.ops import BYTES, EncoderLayerShape, pool_numel
 
-WHISPER_MEL_BINS = 128  # as lmmsim.costmodel.composed
 
 DEFAULT_ENC_SEQS = (256, 576, 1024)  # encoder unit lengths for a model without media rules
 
