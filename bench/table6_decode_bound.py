@@ -9,7 +9,11 @@ settings over a few seeds with the bound at 256 (the scenario's, vLLM's default
 without it (the old rule, patched back in), and prints P99 TTFT and the
 differences the claims read.
 
-    python bench/table6_decode_bound.py [--seeds 0 1 2]
+    python bench/table6_decode_bound.py [--seeds 0 1 2] [--valve 0.05]    # ~25 s
+
+The SM split's effect also depends on the encode batches: ``--valve 0.05`` reruns it with the
+Poisson-gap valve that decided batches before issue 17 (small batches), the default 2 s lets the gap
+rule decide (batches of ~B).
 """
 
 from __future__ import annotations
@@ -48,7 +52,14 @@ def p99(mode: str, seed: int, max_running: int) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--valve", type=float, default=None,
+                    help="the Poisson-gap safety valve in s for every encoder (default: the dispatcher's, 2 s; "
+                         "0.05: the default before issue 17)")
     args = ap.parse_args()
+    if args.valve is not None:
+        from lmmsim.policies.encode_dispatch import PoissonGapDispatcher
+
+        PoissonGapDispatcher.valve_s = lambda self, rate: args.valve
     print(f"{'max_running':14s}{'seed':>5s}" + "".join(f"{m + ' P99 s':>14s}" for m in MODES)
           + f"{'none/dyn-1':>12s}{'static/dyn-1':>14s}")
     # the scenario's bound (vLLM's default max_num_seqs for a 48 GB GPU), vLLM's default for >= 70 GB, the old rule

@@ -73,3 +73,9 @@ def test_every_paper_module_lists_its_claims_once():
     for paper, figures in PAPERS.items():
         texts = [(f.name, c.text) for f in figures for c in f.claims]
         assert texts and len(texts) == len(set(texts)), paper
+
+
+def test_a_nil_paper_effect_has_no_magnitude_verdict():
+    assert magnitude_interval("level", 0, SeedStats((0.2, 0.3))) is None
+    assert magnitude_interval("ratio", 1, SeedStats((1.2, 1.3))) is None
+    assert not magnitude_misses(magnitude_interval("change", 0, SeedStats((0.2, 0.3))))

@@ -246,7 +246,7 @@ def test_reproduce_rserve_one_figure_reports_its_claims(tmp_path):
 
     report = reproduce("rserve", tmp_path / "rep", quick=True, jobs=1, figures=["fig16-high"])
     lines = [line for line in report.read_text().splitlines() if line.startswith("| fig16-high |")]
-    assert len(lines) == 3
+    assert len(lines) == 4
     for line in lines:  # numbers filled in, never NaN
         cells = [c.strip() for c in line.split("|")]
         assert cells[4] not in ("nan", "")
@@ -262,7 +262,7 @@ def test_reproduce_easerve_one_figure(tmp_path):
                        sets=("host.cpu_speed=2",))
     text = report.read_text()
     rows = [line for line in text.splitlines() if line.startswith("| table6 |")]
-    assert len(rows) == 3 and all("nan" not in r for r in rows)
+    assert len(rows) == 7 and all("nan" not in r for r in rows)
     assert (tmp_path / "rep" / "table6-bars.png").stat().st_size > 1000
     # the fixed override is in every run and named in the title; a quick run is a smoke test: no verdicts
     assert "Every run with: `host.cpu_speed=2`" in text and "smoke test" in text
@@ -281,10 +281,10 @@ def test_reproduce_easerve_goodput_tiers(tmp_path):
 
     report = reproduce("easerve", tmp_path / "rep", quick=True, jobs=1, figures=["fig9-image"])
     rows = [line for line in report.read_text().splitlines() if line.startswith("| fig9-image |")]
-    assert len(rows) == 5 and all("nan" not in r for r in rows)
+    assert len(rows) == 9 and all("nan" not in r for r in rows)
     tiers = pd.read_parquet(tmp_path / "rep" / "fig9-image" / "results.parquet")
     runs = pd.read_parquet(tmp_path / "rep" / "fig9-image" / "sweep" / "results.parquet")
-    assert len(tiers) == 7 * 5 and set(tiers["slo.scale"]) == {2, 5, 10, 20, 50}
+    assert len(tiers) == 8 * 5 and set(tiers["slo.scale"]) == {2, 5, 10, 20, 50}
     # the tiers scale the slowest of the paper's systems' P99s at the lowest rate (not the searched best ones)
     lowest = runs[(runs["workload.arrival.rate"] == runs["workload.arrival.rate"].min())
                   & ~runs["name"].str.endswith("-best")]

@@ -105,13 +105,15 @@ def test_score_factor_and_top_k():
               Allocation(1, 2, 1, 2, 1)]  # 0.5 / 0.25 / 0.25 -> 2
     pr = capacity.prune(allocs, caps, 0.5, drop_dominated=False)
     assert [c.score for c in pr.feasible] == pytest.approx([1, 2, 1, 2, 2])
-    # scores within 1.2 x 1: the two balanced ones; lower max load first
-    assert [c.alloc for c in pr.kept] == [allocs[2], allocs[0]]
+    # scores within 1.2 x 1: the two balanced ones; lower max load first; then filled to K = 3
+    assert [c.alloc for c in pr.within_factor] == [allocs[2], allocs[0]]
+    assert [c.alloc for c in pr.kept] == [allocs[2], allocs[0], allocs[4]] and pr.filled == 1
     loose = capacity.prune(allocs, caps, 0.5, drop_dominated=False, factor=2.0, top_k=3)
     assert len(loose.within_factor) == 5 and len(loose.kept) == 3
     # bottleneck rule: max loads within 1.2x of the best-scored allocation's (0.25): only it
     bottleneck = capacity.prune(allocs, caps, 0.5, drop_dominated=False, rule="bottleneck")
-    assert [c.alloc for c in bottleneck.kept] == [allocs[2]]
+    assert [c.alloc for c in bottleneck.within_factor] == [allocs[2]]
+    assert len(bottleneck.kept) == 3 and bottleneck.filled == 2
     assert len(capacity.prune(allocs, caps, 0.5, drop_dominated=False, rule="bottleneck", factor=2.0).kept) == 3
 
 
@@ -160,18 +162,19 @@ def test_encode_capacity_follows_the_curve_at_the_batch_bound():
 
 def test_stage1_cost_counts_deployments_and_parallel_stages():
     run = profiling.ProfileRun
-    runs = [run("encode", 1, "x", 10, 1.0, 30.0, 0.0), run("encode", 2, "x", 10, 2.0, 20.0, 0.0),
+    runs = [run("encode", 1, "x", 10, 1.0, 30.0, 0.0), run("encode", 2, "x", 10, 2.0, 20.0, 0.0, starts_at_s=30.0),
             run("prefill", 2, "x", 10, 1.0, 50.0, 0.0), run("prefill", 4, "x", 10, 1.0, 40.0, 0.0),
-            run("decode", 4, "x", 10, 1.0, 60.0, 0.0), run("decode", 4, "x", 10, 1.0, 30.0, 0.0)]
-    assert profiling.stage1_cost(runs) == 90.0  # stages in parallel: max(50, 90, 90)
-    # + one deployment for encode (B changes at run time), one per TP for prefill and decode
-    assert profiling.stage1_cost(runs, deploy_s=100.0) == 290.0  # prefill 90 + 2 x 100
+            run("decode", 4, "x", 10, 1.0, 60.0, 0.0, starts_at_s=1.0),
+            run("decode", 4, "x", 10, 1.0, 30.0, 0.0, starts_at_s=1.0)]
+    assert profiling.stage1_cost(runs) == 61.0  # every worker in parallel: the last run ends at 61 s
+    # one deployment: every profiling worker starts at once on its own GPUs
+    assert profiling.stage1_cost(runs, deploy_s=100.0) == 161.0
 
 
 def test_enumerate_allocations():
     assert capacity.enumerate_allocations(5, [2], [2]) == [Allocation(1, 1, 2, 1, 2)]
     got = capacity.enumerate_allocations(6, [2], [2], local_tps=[2])
-    assert got == [Allocation(1, 1, 2, 1, 2), Allocation(2, 1, 2, 1, 2, local_tp=2)]
+    assert got == [Allocation(1, 1, 2, 1, 2), Allocation(2, 1, 2, 1, 2), Allocation(2, 1, 2, 1, 2, local_tp=2)]
     assert all(a.gpus <= 8 for a in capacity.enumerate_allocations(8, [2, 4], [2, 4], [2, 4]))
 
 

@@ -93,7 +93,9 @@ def test_sm_partitioning_modes(scenario_file, share_calls):
     results = {}
     for mode in ("none", "static", "dynamic"):
         share_calls.clear()
-        out = run(scenario_file, f"deployment.local_prefill.sm_partitioning={mode}")
+        # a 50 ms valve keeps encode batches small, so the SM split, not the wait for a batch, decides TTFT
+        out = run(scenario_file, f"deployment.local_prefill.sm_partitioning={mode}",
+                  "deployment.encoder.dispatch.max_age_s=0.05")
         assert (out.requests["status"] == "finished").all()
         results[mode] = out.summary
         arbs = out.built.simulation.frontend.arbiters

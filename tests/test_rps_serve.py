@@ -61,7 +61,9 @@ policy:
 RPS = ["system=rps-serve", "deployment=null", "policy=null"]  # the preset's deployment and policy
 MODSERVE_RPS = ["system=modserve+rps", "deployment=null", "policy=null"]
 # 300 requests at 7/s: waits long enough (rocks > 8 s) for the aging term to reorder classes.
-LONG = ["workload.num_requests=300", "workload.arrival.rate=7"]
+# Budget-exhaustion preemption off: the ordering checks read first start times, which a
+# recompute would move (tests/test_rps_budget_preemption.py covers that mechanism).
+LONG = ["workload.num_requests=300", "workload.arrival.rate=7", "policy.queue.budget_preemption=none"]
 
 
 @pytest.fixture(scope="module")
@@ -365,8 +367,14 @@ PREEMPTING = {
 def test_preemption_never_evicts_a_higher_priority_request(scenario_file, monkeypatch, case):
     """Every eviction made to admit or grow a request takes strictly lower-priority
     requests, and only when they free enough; a decode-phase KV shortage takes the lowest."""
-    seen = {"room": [], "decode": [], "preempt": 0, "room_preempt": 0}
+    seen = {"room": [], "decode": [], "preempt": 0, "room_preempt": 0, "budget_preempt": 0}
     orig_make_room = PriorityScheduler._make_room
+    orig_unreached = PriorityScheduler._preempt_unreached
+
+    def preempt_unreached(self, running, plan):
+        before = len(plan.preempted)
+        orig_unreached(self, running, plan)
+        seen["budget_preempt"] += len(plan.preempted) - before
     orig_victim = PriorityScheduler._victim
     orig_preempt = PriorityScheduler._preempt
 
@@ -398,12 +406,14 @@ def test_preemption_never_evicts_a_higher_priority_request(scenario_file, monkey
     monkeypatch.setattr(PriorityScheduler, "_make_room", make_room)
     monkeypatch.setattr(PriorityScheduler, "_victim", victim)
     monkeypatch.setattr(PriorityScheduler, "_preempt", preempt)
+    monkeypatch.setattr(PriorityScheduler, "_preempt_unreached", preempt_unreached)
 
     out = run(scenario_file, *PREEMPTING[case])
     assert_conserved(out)
     n = out.summary["num_preemptions"]
-    # every preemption went through one of the two paths checked here
-    assert n == seen["preempt"] == seen["room_preempt"] + len(seen["decode"])
+    # every preemption went through one of the two priority paths checked here, or the
+    # budget-exhaustion path (the artifact's; its victims are checked in test_rps_budget_preemption.py)
+    assert n == seen["preempt"] == seen["room_preempt"] + len(seen["decode"]) + seen["budget_preempt"]
     assert seen["room"], seen  # the priority path was exercised
     for key, vkey in seen["room"]:
         assert vkey > key  # strictly lower priority (a larger sort key) than the one it made room for

@@ -23,12 +23,12 @@ def _is_search_spec(path: Path) -> bool:
 
 SCENARIOS = sorted(p for p in ROOT.rglob("*.yaml") if not _is_sweep(p) and not _is_search_spec(p))
 SWEEPS = sorted(p for p in ROOT.rglob("*.yaml") if _is_sweep(p))
-SWEEP_SIZES = {"rate-vllm-vs-vllm-pp": 20, "fig4": 4, "fig12-1k": 45, "fig12-2k": 45, "fig16-high": 7,
-               "fig16-low": 7, "fig17": 12, "fig18-1k": 18, "fig18-2k": 18, "fig20": 14,
+SWEEP_SIZES = {"rate-vllm-vs-vllm-pp": 20, "fig4": 4, "fig12-1k": 54, "fig12-2k": 54, "fig16-high": 7,
+               "fig16-low": 7, "fig17": 10, "fig18-1k": 18, "fig18-2k": 18, "fig20": 14, "fig21": 35,
                "fig9": 20, "fig10-7b-1gpu": 10, "fig10-7b-2gpu": 20, "fig10-7b-4gpu": 20, "fig10-72b-2gpu": 10,
                "fig10-72b-4gpu": 20, "fig11": 4, "fig13": 16, "fig14": 15, "fig15": 9, "fig16": 12,
-               "fig9-image": 70, "fig9-video": 70, "fig9-audio": 70, "fig10-image": 35, "fig10-video": 35,
-               "fig10-audio": 35, "table5": 6, "table6": 3, "table7": 6}
+               "fig9-image": 80, "fig9-video": 80, "fig9-audio": 80, "fig10-image": 35, "fig10-video": 35,
+               "fig10-audio": 35, "table5": 8, "table6": 3, "table7": 6}
 
 
 def test_scenarios_exist():

@@ -84,6 +84,7 @@ def make_engine(parts: Parts, colocation, env, pool_name: str, index: int, on_fi
         prefill_only=prefill_only,
         prefill_throttle=(batching.min_prefill_tokens, batching.token_budget) if choice.throttled else None,
         encoder_cache=encoder_cache(parts) if media == "local" else None,
+        encode_before_prefill=getattr(batching, "encode_before_prefill", False),
         **choice.extra,
     )
     cost = parts.costs[pool_name]

@@ -34,6 +34,16 @@ Multimodal input comes one of two ways (``media``):
   Simplification: a preempted request keeps its embeddings (its recompute does
   not go back to the encoder).
 
+``encode_before_prefill`` (off by default): a request's media are all encoded
+before its first prefill chunk, as systems that run the encoder and the prefill
+strictly in sequence do (vLLM v0, gLLM, SGLang as RServe describes them,
+rserve.txt section 1). ``local``: the step that schedules a request's first chunk
+encodes every media item of the prompt, not only those the chunk overlaps, and
+its LLM pass follows that encoder work; the items may exceed the step's encoder
+budget when they are the step's first encoder work (else no request with media
+could ever start). ``remote``: the first chunk waits until every item's
+embeddings have arrived (``admission: after_encode`` at the scheduler).
+
 KV blocks run out -> preempt by recompute the most recently admitted running
 request that is not in flight (vLLM's victim); it returns to the head of the
 waiting queue and later recomputes its prompt plus the tokens it had generated.
@@ -59,9 +69,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from lmmsim.engine.chunk_media import CacheHit, ChunkMediaFit
 from lmmsim.engine.decode_cohort import DecodeCohort
 from lmmsim.engine.kv_cache import BlockPool, blocks_for
-from lmmsim.workload.request import PromptSegment, Request
+from lmmsim.workload.request import Request
 
 NAN = math.nan
 
@@ -137,16 +148,7 @@ class StepPlan:
         return not self.chunks and not self.num_decodes
 
 
-class CacheHit:
-    """A chunk's media item served by the encoder cache (``_fit_local`` -> ``_add_chunk``)."""
-
-    __slots__ = ("segment",)
-
-    def __init__(self, segment: PromptSegment):
-        self.segment = segment
-
-
-class ContinuousBatchingScheduler:
+class ContinuousBatchingScheduler(ChunkMediaFit):
     def __init__(
         self,
         queue,
@@ -160,6 +162,7 @@ class ContinuousBatchingScheduler:
         prefill_only: bool = False,
         prefill_throttle: tuple[int, int] | None = None,
         encoder_cache=None,
+        encode_before_prefill: bool = False,
     ):
         if max_running > token_budget:
             raise ValueError("max_running must be <= token_budget")
@@ -173,6 +176,7 @@ class ContinuousBatchingScheduler:
         self.media = media
         self.prefill_only = prefill_only
         self.encoder_cache = encoder_cache  # local media: a MediaCache of encoder outputs, or None
+        self.encode_before_prefill = encode_before_prefill  # all media encoded before the first chunk
         # gLLM's Token Throttling: (min, max) prefill tokens per batch, aiming at
         # an even share of the pending prefill work per pipeline slot.
         self.prefill_throttle = prefill_throttle
@@ -319,53 +323,6 @@ class ContinuousBatchingScheduler:
             best = newest
         return best
 
-    def _fit_local(self, seq: SeqState, num_new: int, enc_left: int, out: list) -> tuple[int, int]:
-        """Cut ``num_new`` before the first media item the encoder budget cannot take.
-
-        Appends the items to encode to ``out``, those the encoder cache serves as
-        :class:`CacheHit` (they take no budget); returns (num_new, encoder tokens used).
-        """
-        start = seq.num_scheduled
-        end = start + num_new
-        used = 0
-        media = seq.request.media_segments
-        idx = seq.next_media
-        while idx < len(media):
-            seg: PromptSegment = media[idx]
-            if seg.start >= end:
-                break
-            if self.encoder_cache is not None and self._cached(seg, out):
-                out.append(CacheHit(seg))
-                idx += 1
-                continue
-            if used + seg.length > enc_left:
-                return seg.start - start, used
-            used += seg.length
-            out.append(seg)
-            idx += 1
-        return num_new, used
-
-    def _cached(self, seg: PromptSegment, taken: list) -> bool:
-        """Will ``seg``'s embeddings come from the encoder cache: held there now, or
-        stored by an item with its id taken earlier in this chunk (``taken``)?"""
-        key = seg.item.media_id
-        if key is None:
-            return False
-        cache = self.encoder_cache
-        if key in cache:
-            return True
-        return seg.length <= cache.capacity and any(
-            type(t) is not CacheHit and t.item.media_id == key for t in taken)
-
-    def _fit_remote(self, seq: SeqState, num_new: int, enc_left: int, out: list) -> tuple[int, int]:
-        """Cut ``num_new`` before the first media item whose embeddings have not arrived."""
-        media = seq.request.media_segments
-        if seq.media_ready < len(media):
-            limit = media[seq.media_ready].start
-            if seq.num_scheduled + num_new > limit:
-                return limit - seq.num_scheduled, 0
-        return num_new, 0
-
     def schedule(self, now: float, slot: int = 0) -> StepPlan:
         """Build the batch of ``slot`` that starts at ``now``. May be empty."""
         cohort = self.cohorts[slot]
@@ -480,11 +437,11 @@ class ContinuousBatchingScheduler:
     def _admit(self, seq: SeqState, n: int, plan: StepPlan, items: list) -> bool:
         """Start a waiting request with a first chunk of ``n`` tokens, if its KV blocks
         fit (no preemption for admissions). The caller removes it from the queue."""
-        blocks = blocks_for(n, self.block_size)
+        blocks = blocks_for(seq.num_scheduled + n, self.block_size) - seq.num_blocks  # resumed: holds a prefix
         if blocks > self.pool.num_free:
             return False
         self.pool.allocate(blocks)
-        seq.num_blocks = blocks
+        seq.num_blocks += blocks
         seq.admit_order = self._admit_counter
         self._admit_counter += 1
         seq.status = "running"

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, PositiveInt, StrictBool, model_validator
 
 from lmmsim.errors import UserError
 from lmmsim.policies.registry import register
@@ -36,6 +36,11 @@ class ChunkedPrefillConfig(_Strict):
     # Per-step encoder budget in LLM tokens; default = token_budget, and never
     # below the largest media item (as vLLM raises it).
     encoder_budget_tokens: PositiveInt | None = None
+    # True: all of a request's media are encoded before its first prefill chunk (the
+    # strictly sequential encode -> prefill of vLLM v0 / gLLM as RServe describes them);
+    # false: vLLM v1's encoder cache, items encoded with the chunk that reaches them
+    # (lmmsim.engine.scheduler).
+    encode_before_prefill: StrictBool = False
 
     @model_validator(mode="after")
     def _running_fits_budget(self):

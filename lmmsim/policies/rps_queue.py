@@ -49,6 +49,17 @@ class RpsQueueConfig(BaseModel):
     profile_requests: PositiveInt = 240  # isolated runs the Workload Profiler makes
     profile: str | None = None  # CSV of measured isolated runs instead (same columns)
     preemption: bool = True  # a higher-priority request may evict a lower-priority one
+    # When a step's token budget runs out, which running requests the walk did not reach are
+    # preempted (KV freed, recompute): "all" is RPS-Serve's artifact (its scheduler.py preempts
+    # every RUNNING request past the budget, decodes included, and orders decodes by priority);
+    # "prefills" only the running prefills; "none" defers them with their KV kept
+    # (lmmsim.engine.priority_scheduler explains the three).
+    budget_preemption: Literal["none", "prefills", "all"] = "all"
+    # A preempted request resumes from vLLM V1's prefix cache: the leading full blocks of its KV that
+    # allocations since have not reused are not recomputed, nor the media inside them (vLLM enables
+    # prefix caching by default, and the artifact keeps it); false: recompute and re-encode it all
+    # (lmmsim.engine.resume_cache).
+    resume_cache: bool = True
 
     @model_validator(mode="after")
     def _check(self):
@@ -79,6 +90,8 @@ class RpsQueue(QueuePolicy):
                  deadline: Callable | None = None):
         self.config = config
         self.preemptive = config.preemption
+        self.budget_preemption = config.budget_preemption
+        self.resume_cache = config.resume_cache
         edf = config.priority == "edf"
         if edf and deadline is None:
             raise ValueError("priority edf needs a deadline function")

@@ -46,6 +46,7 @@ class Claim:
     why: str = ""
     before: float | None = None
     before_label: str = ""
+    ref: str = ""  # the key of the paper statement this row checks (the paper module's PAPER_CLAIMS)
 
     def misses(self, value: float) -> bool:
         """Direction wrong, or magnitude outside 0.65-1.35 (where it has one)."""
@@ -74,6 +75,17 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class NotModelled:
+    """A paper claim the simulator cannot express yet: a row in REPORT.md all the same,
+    saying what is missing (``ref``: its key in the paper module's PAPER_CLAIMS)."""
+
+    ref: str
+    text: str
+    paper: str  # the paper's figure as it states it ("66%", "1.5x")
+    missing: str
+
+
+@dataclass(frozen=True)
 class Figure:
     name: str
     sweep: str  # file under scenarios/reproduce/<paper>/
@@ -93,14 +105,16 @@ DEFAULT_SEEDS = 5  # seeds per claim in a full run (a quick run: 1, and no verdi
 
 def reproduce(paper: str, out: Path, *, papers: dict, quick: bool = False, jobs: int | None = None,
               force: bool = False, figures: list[str] | None = None, sets: tuple[str, ...] = (),
-              seeds: int | None = None) -> Path:
+              seeds: int | None = None, not_modelled: tuple[NotModelled, ...] = ()) -> Path:
     """Run the paper's figure sweeps into ``out``, draw the plots, write ``REPORT.md``
     (``papers``: paper -> its figures, :data:`lmmsim.reproduce.PAPERS`; ``figures``:
     only these, by name; ``sets``: ``KEY=VALUE`` overrides fixed in every run, for
     sensitivity studies -- the report's title lists them; ``seeds``: runs per point,
     seeds ``seed .. seed + seeds - 1``, default :data:`DEFAULT_SEEDS` (1 with ``quick``)).
     Every claim is evaluated once per seed and reported with its 95% CI
-    (:mod:`lmmsim.reproduce.stats`); a quick run is a smoke test and gives no verdicts."""
+    (:mod:`lmmsim.reproduce.stats`); a quick run is a smoke test and gives no verdicts.
+    ``not_modelled``: the paper's claims the simulator cannot express, listed in a
+    full report of every figure."""
     if paper not in papers:
         raise UserError("PAPER", f"no reproduction for {paper!r} yet; valid: {choices(papers)}")
     seeds = seeds if seeds is not None else (1 if quick else DEFAULT_SEEDS)
@@ -119,7 +133,9 @@ def reproduce(paper: str, out: Path, *, papers: dict, quick: bool = False, jobs:
         ok = _run_figure(paper, fig, out_dir, quick=quick, jobs=jobs, sets=sets, seeds=seeds)
         rows += [(fig.name, claim, seed_stats(claim, ok)) for claim in fig.claims]
     report = out_dir.file("REPORT.md")
-    write_text_atomic(report, render_report(paper, rows, quick=quick, sets=sets, seeds=seeds))
+    unmodelled = not_modelled if not figures else ()
+    write_text_atomic(report, render_report(paper, rows, quick=quick, sets=sets, seeds=seeds,
+                                            not_modelled=unmodelled))
     return report
 
 
@@ -174,8 +190,11 @@ def _value_text(claim: Claim, s: SeedStats) -> str:
     return s.text()
 
 
-def render_report(paper: str, rows: list, *, quick: bool, sets: tuple[str, ...], seeds: int) -> str:
-    """REPORT.md: one row per claim; verdict columns only for a full run."""
+def render_report(paper: str, rows: list, *, quick: bool, sets: tuple[str, ...], seeds: int,
+                  not_modelled: tuple[NotModelled, ...] = ()) -> str:
+    """REPORT.md: one row per claim; verdict columns only for a full run; the claims
+    not modelled in a table of their own. A row that misses without a known cause
+    says so: a cause is never left blank."""
     label = next((c.before_label for _, c, _ in rows if c.before is not None), None)
     title = f"# Reproduction: {paper}" + (" (quick: a smoke test, no verdicts)" if quick else "")
     lines = [title, "", *([f"Every run with: {', '.join(f'`{s}`' for s in sets)}.", ""] if sets else [])]
@@ -201,10 +220,13 @@ def render_report(paper: str, rows: list, *, quick: bool, sets: tuple[str, ...],
         before = ("" if not label else " - |" if claim.before is None else f" {claim.before:.3g} |")
         lines.append(f"| {fig_name} | {claim.text} | {claim.paper:.3g} | {_value_text(claim, s)} | {mark} | {mag} |"
                      + before)
-        if claim.why and (verdict not in ("yes", "-") or magnitude_misses(interval)):
-            notes.append(f"* {fig_name}, {claim.text}: {claim.why}")
+        if verdict not in ("yes", "-") or magnitude_misses(interval):
+            notes.append(f"* {fig_name}, {claim.text}: {claim.why or 'cause not established yet.'}")
     if notes:
         lines += ["", "## Where it differs, and why", "", *notes]
+    if not_modelled:
+        lines += ["", "## Claims not modelled", "", "| claim | paper | what is missing |", "|---|---:|---|",
+                  *(f"| {n.text} | {n.paper} | {n.missing} |" for n in not_modelled)]
     return "\n".join(lines) + "\n"
 
 

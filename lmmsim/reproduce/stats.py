@@ -76,8 +76,10 @@ def direction(kind: str, paper: float, s: SeedStats) -> str:
 
 
 def magnitude_interval(kind: str, paper: float, s: SeedStats) -> tuple[float, float] | None:
-    """The CI of the simulated effect over the paper's effect (None for ``holds``)."""
-    if kind == "holds":
+    """The CI of the simulated effect over the paper's effect (None for ``holds``, and where
+    the paper's effect is nil -- "no gain", 0 -- so no ratio to it exists: the row shows
+    the simulator's value and its CI, and makes no magnitude verdict)."""
+    if kind == "holds" or paper == (1 if kind == "ratio" else 0):
         return None
 
     def mag(v: float) -> float:

@@ -7,8 +7,10 @@ here is pure arithmetic on them, so it is unit-tested without a simulation.
 *Allocations* (:func:`enumerate_allocations`): ``n_E >= 1`` TP1 encoders,
 ``n_P >= 1`` prefill workers at one TP, ``n_D >= 1`` decode workers at one
 TP, ``n_E + n_P tp_P + n_D tp_D <= budget``; when the scenario has local
-prefill, a local TP dividing ``n_E`` (none divides: no local prefill,
-``s = 1``). ``n_P = 0`` (all prefill local) is not offered: the deployment
+prefill, each local TP dividing ``n_E`` *and* no local prefill (``s = 1``):
+co-location on or off is part of the allocation (easerve.txt §2.1: the
+allocation "together with the choice to enable co-located workers"
+specifies the deployment). ``n_P = 0`` (all prefill local) is not offered: the deployment
 schema needs a remote prefill worker. A candidate is *feasible* when
 :func:`lmmsim.build.build` accepts it (memory fit, head divisibility;
 checked by :class:`lmmsim.search.mapping.Problem`).
@@ -32,16 +34,22 @@ runs and having the whole GPU between calls. ``none`` (time slicing): ``α = 1
 - ρ_E u_E`` (only the GPU passes take the GPU). ``static``:
 ``α = 1 - static_encoder_share``. HBM-bandwidth interference is ignored.
 
-*Pruning* (:func:`prune`, pure): (1) drop allocations another one dominates
-(every stage capacity at least as large, one larger: our addition, it can
-never be better); (2) drop those whose most loaded stage exceeds capacity
+*Pruning* (:func:`prune`, pure): (1) drop allocations another one with the
+same co-location choice dominates (every stage capacity at least as large,
+one larger: our addition, it can never be better in this model; co-location
+on and off are not compared, since α leaves out what co-location costs the
+encoder -- shared HBM bandwidth, §2.3 -- and that is Stage 2's to measure); (2) drop those whose most loaded stage exceeds capacity
 (``max load > 1``) -- when none is left, keep instead those whose max load is
 within the pruning factor of the least loaded one; (3) score = ``max load /
 min load`` (bottleneck balance; stages with infinite capacity are left out;
 1 = perfectly balanced), keep scores within 1.2x of the best (``rule="score"``;
 ``rule="bottleneck"`` keeps instead max loads within 1.2x of the best-scored
 allocation's, the reading of the paper's §4.3); (4) the top ``K = 3`` by
-score (ties: lower max load, then more GPUs).
+score (ties: lower max load, then more GPUs). When fewer than K pass (3),
+the kept list is filled up to K with the next survivors of (2) by max
+load (the least loaded first; when every allocation is over capacity, any
+undominated one): K survivors always give K candidates (the paper keeps
+"the top-K candidates", §3.1; 3 of 7 in §4.3, at a Λ above saturation).
 
 *Seeds* per kept allocation: ``B_max = ceil(Λ / n_E)``
 (:func:`seed_batch_bound`), ``s* = C_remote / (C_remote + C_local)`` with a
@@ -106,7 +114,7 @@ def enumerate_allocations(budget: int, prefill_tps: Iterable[int], decode_tps: I
                 for tp_d in decode_tps:
                     for n_d in range(1, left // tp_d + 1):
                         dividing = [t for t in (local_tps or []) if n_e % t == 0]
-                        for lt in dividing or [None]:
+                        for lt in dividing + [None]:  # co-location on (each dividing TP) or off
                             out.append(Allocation(n_e, n_p, tp_p, n_d, tp_d, lt))
     return sorted(out, key=Allocation.sort_key)
 
@@ -261,12 +269,13 @@ class PruneResult:
     within_capacity: list[Candidate]  # after the capacity filter (or its fallback)
     capacity_fallback: bool  # no allocation had max load <= 1
     within_factor: list[Candidate]  # score within the pruning factor of the best
-    kept: list[Candidate]  # the top K
+    kept: list[Candidate]  # the top K (filled up to K from the undominated ones, by max load)
+    filled: int = 0  # how many of ``kept`` the fill added
 
     def to_json(self) -> dict:
         return {"feasible": len(self.feasible), "undominated": len(self.undominated),
                 "within_capacity": len(self.within_capacity), "capacity_fallback": self.capacity_fallback,
-                "within_factor": len(self.within_factor), "kept": len(self.kept),
+                "within_factor": len(self.within_factor), "kept": len(self.kept), "filled": self.filled,
                 "kept_allocations": [c.to_json() for c in self.kept],
                 "all_allocations": [c.to_json() for c in self.feasible]}
 
@@ -282,6 +291,14 @@ def score_allocation(alloc: Allocation, caps: Capacities, rate: float,
 
 def _dominates(a: dict[str, float], b: dict[str, float]) -> bool:
     return all(a[k] >= b[k] for k in a) and any(a[k] > b[k] for k in a)
+
+
+def _undominated(scored: list[Candidate], caps: Capacities, rate: float, local: LocalSettings) -> list[Candidate]:
+    """The candidates no other one with the same co-location choice dominates."""
+    capsets = [stage_capacities(c.alloc, caps, rate, local) for c in scored]
+    coloc = [c.alloc.local_tp is not None for c in scored]
+    return [c for c, mine, co in zip(scored, capsets, coloc)
+            if not any(o_co == co and _dominates(o, mine) for o, o_co in zip(capsets, coloc))]
 
 
 PRUNE_RULES = ("score", "bottleneck")
@@ -301,10 +318,7 @@ def prune(allocs: Sequence[Allocation], caps: Capacities, rate: float, *, local:
     if not allocs:
         raise UserError("search", "no feasible allocation to prune")
     scored = [score_allocation(a, caps, rate, local, s_half_width) for a in allocs]
-    undominated = scored
-    if drop_dominated:
-        capsets = [stage_capacities(c.alloc, caps, rate, local) for c in scored]
-        undominated = [c for c, mine in zip(scored, capsets) if not any(_dominates(o, mine) for o in capsets)]
+    undominated = _undominated(scored, caps, rate, local) if drop_dominated else scored
     within = [c for c in undominated if c.max_load <= 1.0]
     fallback = not within
     if fallback:  # every allocation is over capacity: keep the least loaded ones
@@ -315,7 +329,14 @@ def prune(allocs: Sequence[Allocation], caps: Capacities, rate: float, *, local:
         near = [c for c in ranked if c.score <= factor * ranked[0].score + 1e-12]
     else:
         near = [c for c in ranked if c.max_load <= factor * ranked[0].max_load + 1e-12]
-    return PruneResult(scored, undominated, within, fallback, near, near[:top_k])
+    kept = near[:top_k]
+    # the fill: survivors of the capacity test; when every allocation is over capacity (the paper's
+    # search rate is above saturation, §4.3), every undominated one, least loaded first
+    pool = undominated if fallback else within
+    rest = sorted((c for c in pool if c not in kept),
+                  key=lambda c: (c.max_load, c.score, -c.alloc.gpus, c.alloc.sort_key()))
+    filled = rest[:max(0, top_k - len(kept))]
+    return PruneResult(scored, undominated, within, fallback, near, kept + filled, len(filled))
 
 
 def _finite(x):

@@ -29,23 +29,36 @@ scenario's own model, GPU and request mix (:func:`profile_capacities`):
   = ``finished_at``. A burst is a poor stress here: equal output lengths
   finish together and the next wave waits for its KV transfers, and an
   overloaded decode worker thrashes (admitted requests outgrow the KV cache
-  and are preempted). So the burst (rate = ``N / (last finish - first
-  first token)``) only gives a first estimate ``c0``; then Poisson streams at
-  ``c0, 1.4 c0, 1.4^2 c0, ...`` (or down by 1/1.4 when the first falls
-  behind) until the worker falls behind (completes under 90% of the stream),
-  prefill (the TP with the highest capacity) and encoders sized to 1.25x the
-  stream. A stream's rate = completions between the 20% and the 80%
-  completion per second; ``C_D`` = the highest rate seen. Runs hold 2x the
-  worker's concurrency (KV capacity / tokens per request, at most
-  ``max_running``; at most 2000 requests).
+  and are preempted). So a step probe first gives ``c0``: the rate the
+  worker's full batch sustains (concurrency / (mean output tokens x the step
+  time at that batch and the mix's mean context), from its memory plan and
+  cost model: what timing ten full-batch decode steps measures); then
+  Poisson streams at ``c0 1.4^k``, k = -2 .. 2, all at once (each its own
+  worker), prefill (the TP with the highest capacity) and encoders sized to
+  1.25x the stream. A stream's rate = completions between the 20% and the
+  80% completion per second; ``C_D`` = the highest ``min(rate, stream
+  rate)`` (a stream that keeps up only shows the capacity is at least its
+  rate). Runs hold 2x the worker's concurrency (KV capacity / tokens per
+  request, at most ``max_running``; at least 64, at most 2000 requests).
+  Before issue 17 a burst gave c0 and the streams walked up one after the
+  other (4-7 trials of Stage 1 cost, most of it there).
 
 Capacities are cached in memory per (profile-relevant scenario keys, stage,
 TP or B): a second search of the same scenario reprofiles nothing.
 
-Cost (:func:`stage1_cost`): the longest of the three stages' profiling (they
-run in parallel on disjoint GPUs), each its runs up to the stage's last
-completion plus one deployment per TP it profiles (one for encode). HAS's
-search cost starts from it (:mod:`lmmsim.search.trials`).
+Sizes (issue 17; the paper: the profiles "together cost less than a single
+end-to-end trial"): a prefill stress run holds ``PROFILE_REQUESTS`` (64)
+requests, a decode run 2x the worker's concurrency (at least 64), whatever
+the trial size; before issue 17 they held the trial's requests (200-500),
+and the decode streams ran one after the other, which made Stage 1 cost 4-7
+trials.
+
+Cost (:func:`stage1_cost`): every profiling worker (the encoder, a prefill
+and a decode worker per TP, a decode worker per stream) deploys at once on
+its own GPUs, as the paper's profiles "run in parallel on disjoint GPU
+subsets": one deployment, then the longest chain of runs (a worker's runs
+follow each other; the decode streams start together after the burst).
+HAS's search cost starts from it (:mod:`lmmsim.search.trials`).
 """
 
 from __future__ import annotations
@@ -59,12 +72,15 @@ from typing import Any
 
 from lmmsim.errors import UserError
 from lmmsim.search.capacity import Allocation, Capacities
-from lmmsim.search.mapping import DEFAULT_TRIAL_REQUESTS, Config, Problem
+from lmmsim.search.mapping import Config, Problem
 
 ENCODE_GROWTH = 0.05  # B doubles while the encode capacity grows by more than this
 MAX_PROFILE_BATCH = 256
 STRESS_RATE = 1000.0  # req/s of the profiling stress runs (a burst)
 TP_CHOICES = (1, 2, 4)
+PROFILE_REQUESTS = 64  # requests of a prefill stress run (and the floor of the others)
+DECODE_LADDER = (-2, -1, 0, 1, 2)  # decode streams at c0 x 1.4^k (x0.51 .. x1.96), all at once
+DECODE_PROBE_STEPS = 10  # full-batch decode steps the step probe times
 
 # (profile key, stage, setting, allocation, B, requests, rate) -> ProfileRun; process-wide, so a
 # second search of the same scenario reprofiles nothing.
@@ -83,6 +99,10 @@ class ProfileRun:
     arrival_rps: float = STRESS_RATE
     cached: bool = False
     gpu_busy_fraction: float = 1.0
+    # when the run starts on its worker's own GPUs (s after Stage 1 began, deployment not
+    # counted): runs of one (stage, setting) follow each other, except the decode streams,
+    # which run at once on disjoint GPU subsets after the burst (stage1_cost)
+    starts_at_s: float = 0.0
 
 
 def _span_rate(df, start_col: str, end_col: str) -> float:
@@ -138,17 +158,25 @@ def usable_tps(problem: Problem, tp_choices: Sequence[int] = TP_CHOICES) -> dict
     return out
 
 
-def _decode_concurrency(problem: Problem, alloc: Allocation, max_running: int) -> int:
-    """Requests one decode worker holds at once: KV capacity / tokens per request (no simulation)."""
+def _decode_probe(problem: Problem, alloc: Allocation, max_running: int) -> tuple[int, float, float]:
+    """``(concurrency, c0, probe_s)`` of one decode worker, from its memory plan and cost model
+    (no simulation): the requests it holds at once (KV capacity / tokens per request, at
+    most ``max_running``); the rate that batch sustains, ``c0 = concurrency / (mean output
+    tokens x step time)``, a step at that batch and the mix's mean context half-way through
+    decoding (what timing a few full-batch decode steps on the worker measures); and
+    ``probe_s``, the time of ten such steps."""
     from lmmsim.build import build
 
     raw = _stress_raw(problem, alloc, 1, 64, one_token=False)
     built = build(problem.validated(raw), problem.base_dir)
     kv = built.memory["decode"].kv_capacity_tokens
     reqs = built.requests
-    per = sum(r.num_prompt_tokens + r.num_output_tokens for r in reqs) / max(len(reqs), 1)
-    return max(1, min(max_running, int(kv // max(per, 1))))
-
+    prompt = sum(r.num_prompt_tokens for r in reqs) / max(len(reqs), 1)
+    out = sum(r.num_output_tokens for r in reqs) / max(len(reqs), 1)
+    conc = max(1, min(max_running, int(kv // max(prompt + out, 1))))
+    step = built.costs["decode"].llm_step_s([], conc, conc * (prompt + out / 2), conc)
+    c0 = conc / (max(out, 1.0) * step) if step > 0 else math.inf
+    return conc, c0, DECODE_PROBE_STEPS * step
 
 
 def _profile_run(raw: dict, base_dir: Path):
@@ -171,15 +199,33 @@ class _StageProfiler:
         self.key = problem.profile_key()
         self.runs: list[ProfileRun] = []
         self.log = log
+        self.clock: dict[tuple, float] = {}  # (stage, setting) -> when its worker is free again
+
+    @staticmethod
+    def lane(stage: str, setting: int) -> tuple:
+        """The worker a run uses: one encoder for every B (B changes at run time), one
+        prefill or decode worker per TP."""
+        return (stage,) if stage == "encode" else (stage, setting)
+
+    def _start(self, stage: str, setting: int, at: float | None) -> float:
+        """When a run starts: ``at`` (a parallel stream), else when its worker's previous run ended."""
+        return self.clock.get(self.lane(stage, setting), 0.0) if at is None else at
+
+    def _done(self, rec: ProfileRun) -> None:
+        key = self.lane(rec.stage, rec.setting)
+        self.clock[key] = max(self.clock.get(key, 0.0), rec.starts_at_s + rec.sim_duration_s)
+        self.runs.append(rec)
 
     def stress(self, stage: str, setting: int, alloc: Allocation, batch: int, n: int, one_token: bool,
-               start_col: str, end_col: str, rate_in: float = STRESS_RATE) -> float:
+               start_col: str, end_col: str, rate_in: float = STRESS_RATE, at: float | None = None) -> float:
         """The capacity one stress run measures (burst: busy-span rate; a slower stream:
-        the 20%-80% completion window's rate)."""
+        the 20%-80% completion window's rate). ``at``: the run starts then, in parallel
+        with the worker's other runs (on its own GPUs), instead of after them."""
+        start = self._start(stage, setting, at)
         ck = (self.key, stage, setting, alloc, batch, n, round(rate_in, 6))
         if ck in _CAPACITY_CACHE:
             rec = _CAPACITY_CACHE[ck]
-            self.runs.append(ProfileRun(**{**asdict(rec), "cached": True}))
+            self._done(ProfileRun(**{**asdict(rec), "cached": True, "starts_at_s": start}))
             return rec.capacity_rps
         raw = _stress_raw(self.problem, alloc, batch, n, one_token=one_token, rate=rate_in)
         t0 = time.perf_counter()
@@ -197,9 +243,9 @@ class _StageProfiler:
         busy = run.summary["gpu_utilization"]["per_gpu"][0] * (run.summary["window_s"] or 0.0)
         rec = ProfileRun(stage, setting, alloc.label, n, rate, float(ends.max()) if len(ends) else 0.0,
                          time.perf_counter() - t0, arrival_rps=rate_in,
-                         gpu_busy_fraction=min(1.0, busy / span) if span > 0 else 1.0)
+                         gpu_busy_fraction=min(1.0, busy / span) if span > 0 else 1.0, starts_at_s=start)
         _CAPACITY_CACHE[ck] = rec
-        self.runs.append(rec)
+        self._done(rec)
         return rate
 
     def encode(self, n0: int, p_big: int, d_big: int) -> tuple[dict[int, float], dict[int, float]]:
@@ -236,39 +282,32 @@ class _StageProfiler:
         return c_p
 
     def decode(self, n0: int, tps: Sequence[int], c_p: dict[int, float], b_sat: int, c_e: float) -> dict[int, float]:
-        """One worker per TP, >= 4x its concurrency in requests. A burst synchronises the
-        batch (equal output lengths finish together, then wait for the next wave's KV
-        transfers) and an overloaded decode worker thrashes (admitted requests outgrow the
-        KV cache and are preempted), so both under-estimate. The burst gives a first
-        estimate c0; then Poisson streams at c0, 1.4 c0, ... (prefill and encoders sized to
-        1.25x the stream) until the worker falls behind (completes < 90% of the stream).
-        Each run's rate = completions between the 20% and 80% completions per second;
-        C_D = the highest rate seen."""
+        """One worker per TP: the step probe's c0, then streams around it (module docstring)."""
         tp_up = max(c_p, key=lambda t: (c_p[t], -t))
         max_running = getattr(self.problem.scn.policy.batching, "max_running", 256)
         c_d: dict[int, float] = {}
         for tp in tps:
-            conc = _decode_concurrency(self.problem, Allocation(1, 1, tp_up, 1, tp), max_running)
-            n = max(n0, min(2 * conc, 2000))
-            c_d[tp] = self._decode_streams(tp, tp_up, c_p[tp_up], b_sat, n, c_e)
-            self.log(f"  decode TP{tp}: {c_d[tp]:.3f} req/s")
+            conc, c0, probe_s = _decode_probe(self.problem, Allocation(1, 1, tp_up, 1, tp), max_running)
+            self.clock[self.lane("decode", tp)] = probe_s  # the streams start after the step probe
+            n = max(min(n0, PROFILE_REQUESTS), min(2 * conc, 2000))
+            c_d[tp] = self._decode_streams(tp, tp_up, c_p[tp_up], b_sat, n, c_e, c0)
+            self.log(f"  decode TP{tp}: {c_d[tp]:.3f} req/s (step probe {c0:.3f})")
         return c_d
 
-    def _decode_streams(self, tp: int, tp_up: int, c_p_up: float, b_sat: int, n: int, c_e: float) -> float:
-        """The burst estimate, then streams up (or down) by 1.4x until the worker's
-        keeping up changes; the highest rate seen."""
-        c = self.stress("decode", tp, Allocation(1, 2, tp_up, 1, tp), b_sat, n, False, "first_token_at", "finished_at")
-        best, rate_in, step = c, c, None
-        for _ in range(6):
+    def _decode_streams(self, tp: int, tp_up: int, c_p_up: float, b_sat: int, n: int, c_e: float,
+                        c0: float) -> float:
+        """Poisson streams at c0 x 1.4^k (k in :data:`DECODE_LADDER`), all at once on
+        disjoint GPU subsets; ``C_D`` = the highest of ``min(completion rate, stream rate)``
+        (a stream that keeps up shows only that the capacity is at least its rate; one
+        that falls behind shows the capacity)."""
+        start = self.clock[self.lane("decode", tp)]
+        best = 0.0
+        for k in DECODE_LADDER:
+            rate_in = c0 * 1.4 ** k
             up = Allocation(_encoders_for(rate_in, c_e), max(1, math.ceil(1.25 * rate_in / c_p_up)), tp_up, 1, tp)
-            c = self.stress("decode", tp, up, b_sat, n, False, "first_token_at", "finished_at", rate_in=rate_in)
-            best = max(best, c)
-            kept_up = c >= 0.9 * rate_in
-            if step is None:  # the first stream says which way to go
-                step = 1.4 if kept_up else 1 / 1.4
-            elif kept_up != (step > 1):  # fell behind going up, or kept up going down
-                break
-            rate_in *= step
+            c = self.stress("decode", tp, up, b_sat, n, False, "first_token_at", "finished_at",
+                            rate_in=rate_in, at=start)
+            best = max(best, min(c, rate_in))
         return best
 
 
@@ -277,7 +316,7 @@ def profile_capacities(problem: Problem, *, tp_choices: Sequence[int] = TP_CHOIC
                        ) -> tuple[Capacities, list[ProfileRun], dict[str, list[int]]]:
     """Stage 1 profiling (module docstring). Returns the capacities, the runs made and
     the TPs each role can use (``{"prefill": [...], "decode": [...]}``)."""
-    n0 = max(requests or problem.trial_requests or DEFAULT_TRIAL_REQUESTS, 32)
+    n0 = max(requests or min(PROFILE_REQUESTS, problem.trial_requests or PROFILE_REQUESTS), 32)
     profiler = _StageProfiler(problem, log)
     role_tps = usable_tps(problem, tp_choices)
     p_big, d_big = max(role_tps["prefill"]), max(role_tps["decode"])
@@ -290,13 +329,13 @@ def profile_capacities(problem: Problem, *, tp_choices: Sequence[int] = TP_CHOIC
 
 
 def stage1_cost(runs: Sequence[ProfileRun], deploy_s: float = 0.0) -> float:
-    """Simulated profiling time: the three stages run in parallel on disjoint GPUs, each
-    the sum of its runs plus ``deploy_s`` per deployment it needs (one for encode, whose
-    B changes at run time; one per TP for prefill and decode). A run answered from the
-    in-memory cache still counts: the cost belongs to the method."""
-    per: dict[str, float] = {}
-    deployments: dict[str, set] = {}
-    for r in runs:
-        per[r.stage] = per.get(r.stage, 0.0) + r.sim_duration_s
-        deployments.setdefault(r.stage, set()).add(None if r.stage == "encode" else r.setting)
-    return max((per[k] + deploy_s * len(deployments[k]) for k in per), default=0.0)
+    """Simulated profiling time (easerve.txt §3.1: "the three profiles run in parallel on
+    disjoint GPU subsets and together cost less than a single end-to-end trial"): every
+    profiling worker -- the encoder, one prefill and one decode worker per TP, one decode
+    worker per stream -- deploys at once on its own GPUs (one ``deploy_s``), then runs its
+    stress runs one after the other (``starts_at_s``); the cost is the deployment plus the
+    last run's end. A run answered from the in-memory cache still counts: the cost belongs
+    to the method."""
+    if not runs:
+        return 0.0
+    return deploy_s + max(r.starts_at_s + r.sim_duration_s for r in runs)
