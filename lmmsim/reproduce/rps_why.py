@@ -102,9 +102,13 @@ TAIL = budget("ModServe's P99 normalized latency highest 3/3 under none at 2048,
               "39.9 ± 32 s (95.7 ± 28 s)")
 TPOT = budget("RPS-Serve / vLLM mean TPOT 1.04 (none, 2048), 1.33 (none, 8192), 1.39 (all, 8192)",
               "1.24 ± 0.15 (1.65 ± 0.5 with resume_cache off)")
-TPOT_TAIL = ("not decided by the budget preemption or the budget: the tail trade-off exceeds the mean one in "
-             "0-2 of 3 seeds in every setting of the bench; cause not established beyond that "
-             f"({SENS}).")
+TPOT_TAIL = ("RPS-Serve's decode slowdown is spread over most requests, not held by a few: its budget "
+             "preemptions (82-153 per run against vLLM's 0-43) and the prefills that sand slips in between "
+             "decodes slow every decode a little, so the RPS-Serve / vLLM TPOT ratio is about the same at the mean "
+             "(1.06-1.39 over the 5 seeds), P90 (1.06-1.34) and P99 (1.06-1.44), and which of mean and P99 is "
+             "larger flips with the seed (fig11/results.parquet of `lmmsim reproduce rps --figures fig11`: "
+             "tpot_s.mean / p90 / p99 and num_preemptions per system and repeat); the budget and preemption mode "
+             f"do not change that (0-2 of 3 seeds in every setting of {SENS}).")
 TEXT = budget("text lowest (mean and P99) 3/3 (none, 2048), 2/3 (none and all, 8192); text P99 3.6 s (none, "
               "2048), 7.7 s (none, 8192), 8.5 s (all, 8192)",
               "text lowest 4/5 (2/5 with resume_cache off); text mean 1.23 ± 0.56 s (2.33 ± 0.54), P99 "
