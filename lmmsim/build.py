@@ -21,12 +21,13 @@ from lmmsim.costmodel.composed import ComposedStepCostModel
 from lmmsim.costmodel.encoder_call import encoder_call_costs, encoder_variant
 from lmmsim.costmodel.engine_overheads import EngineOverheads
 from lmmsim.costmodel.roofline import RooflinePredictor
+from lmmsim.engine.closed_loop import ClosedLoop
 from lmmsim.engine.simulation import Simulation
 from lmmsim.engine.steplog import StepLog
 from lmmsim.errors import UserError, choices
 from lmmsim.placement import GIB, MemoryPlan, check_encoder_memory, place_workers, plan_llm_memory, shared_gpus
 from lmmsim.prepare import prepare
-from lmmsim.workload.generator import generate_requests
+from lmmsim.workload.generator import generate_requests, think_times
 from lmmsim.workload.request import Request
 
 LLM_POOLS = ("llm", "prefill", "local_prefill", "decode")
@@ -68,16 +69,29 @@ def _check_llm_pool(name: str, key: str, pool, model: catalog.ModelSpec) -> None
         raise UserError(f"{key}.pp", f"{model.name} has {model.llm.num_layers} layers; pp must not exceed it")
 
 
-def make_predictor(choice: str, gpu: catalog.GpuSpec, link, base_dir: Path):
-    """The operator predictor a run uses, and a description for its summary."""
+def fit_folder(choice: str, gpu: catalog.GpuSpec, base_dir: Path) -> tuple[Path, str] | None:
+    """The fit folder ``hardware.cost_model`` = ``choice`` names, and the key to blame when it
+    holds no fit; None for the roofline v0 (also :mod:`lmmsim.provenance`'s input list)."""
     if choice == "roofline" or (choice == "auto" and gpu.fitted_profile is None):
-        return RooflinePredictor(gpu, link), {"kind": "roofline-v0", "gpu": gpu.name}
+        return None
     if choice == "auto":
-        folder = catalog.profiles_dir() / gpu.fitted_profile
-        key = f"profiles/gpus/{gpu.name}.yaml: fitted_profile"
+        folder = catalog.find(gpu.fitted_profile)
+        key = f"{catalog.entry_path('gpu', gpu.name) or f'profiles/gpus/{gpu.name}.yaml'}: fitted_profile"
     else:
         folder = Path(choice) if Path(choice).is_absolute() else base_dir / choice
         key = "hardware.cost_model"
+    return folder, key
+
+
+def make_predictor(choice: str, gpu: catalog.GpuSpec, link, base_dir: Path):
+    """The operator predictor a run uses, and a description for its summary."""
+    found = fit_folder(choice, gpu, base_dir)
+    if found is None:
+        return RooflinePredictor(gpu, link), {"kind": "roofline-v0", "gpu": gpu.name}
+    folder, key = found
+    if choice != "auto" and not Path(choice).is_absolute() and not folder.exists():
+        raise UserError(key, f"{folder} not found: a relative cost_model is read from the scenario file's "
+                             f"folder ({base_dir}), not the working directory")
     if not (folder / "model.json").exists():
         raise UserError(key, f"{folder} holds no fitted model (model.json); run `lmmsim fit` or use 'roofline'")
     from lmmsim.costmodel.fitted import FittedPredictor
@@ -158,9 +172,16 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
                   prepared.queue_ctx, prepared.sm_table, log, host)
     simulation = Simulation(requests, functools.partial(TOPOLOGIES[scn.deployment.kind], parts), rejected=rejected,
                             horizon_s=scn.sim.horizon_s, progress=progress,
-                            make_host=host.make_front if host is not None else None)
+                            make_host=host.make_front if host is not None else None,
+                            closed_loop=_closed_loop(scn))
     return BuiltRun(scn, model, gpu, placement, memory, requests, rejected, encoder_budget, simulation, parts.log,
                     costs, cost_model_info, prepared.admission, host)
+
+
+def _closed_loop(scn) -> ClosedLoop | None:
+    """The closed-loop arrival side of a ``workload.arrival.kind: closed_loop`` run, else None."""
+    think = think_times(scn.workload, scn.seed)
+    return None if think is None else ClosedLoop(scn.workload.arrival.concurrency, think)
 
 
 def simulate_requests(scn, base_dir: Path, requests) -> tuple[list, dict]:

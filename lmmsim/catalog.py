@@ -1,4 +1,6 @@
-"""Hardware and model catalogs, loaded from ``profiles/gpus/*.yaml`` and ``profiles/models/*.yaml``.
+"""Hardware and model catalogs, loaded from ``profiles/gpus/*.yaml`` and ``profiles/models/*.yaml``
+(package data, ``lmmsim/profiles``; ``profiles/`` at a checkout's root links to it), with each folder
+of ``$LMMSIM_PROFILES`` (a search path) laid over them: its entries win by name.
 
 Every numeric figure in a catalog file carries its source in the file's
 ``sources:`` mapping (dotted field -> citation); ``tests/test_catalog.py``
@@ -13,6 +15,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from importlib import resources
 from pathlib import Path
 from typing import Literal
 
@@ -223,15 +226,38 @@ class ModelSpec(_Strict):
 MISSING_SOURCES_HINT = 'every catalog file cites its figures, see README "Catalog format"'
 
 
+def builtin_dir() -> Path:
+    """The shipped catalog: package data ``lmmsim/profiles`` (``importlib.resources``), the same
+    folder in a checkout (``profiles/`` at the root links to it), an editable install or a wheel."""
+    return Path(str(resources.files("lmmsim") / "profiles"))
+
+
+def search_path() -> list[Path]:
+    """Catalog roots, first wins: each ``$LMMSIM_PROFILES`` entry (``os.pathsep``-separated,
+    ``:`` on POSIX) laid over the built-in catalog, which is always last."""
+    user = [Path(p) for p in os.environ.get("LMMSIM_PROFILES", "").split(os.pathsep) if p]
+    return [*user, builtin_dir()]
+
+
 def profiles_dir() -> Path:
-    """The catalog root: ``$LMMSIM_PROFILES``, the checkout's ``profiles/``, or -- installed
-    from a wheel -- the copy packaged as ``lmmsim/_catalog`` (see setup.py)."""
-    env = os.environ.get("LMMSIM_PROFILES")
-    if env:
-        return Path(env)
-    here = Path(__file__).resolve().parent
-    checkout = here.parent / "profiles"
-    return checkout if checkout.is_dir() else here / "_catalog"
+    """Where lmmsim writes catalog data by default (``lmmsim fit``, ``profile``, ``profile-host``):
+    the first ``$LMMSIM_PROFILES`` entry, else the built-in catalog. Read with :func:`find`."""
+    return search_path()[0]
+
+
+def find(rel: str | Path) -> Path:
+    """``rel`` (e.g. ``ops/h200/fit``, ``host/cpu``) under the first root of :func:`search_path`
+    that has it; under :func:`profiles_dir` when none has (the caller reports it missing)."""
+    for root in search_path():
+        if (root / rel).exists():
+            return root / rel
+    return profiles_dir() / rel
+
+
+def subfolders(sub: str) -> list[str]:
+    """Names of the folders in ``<root>/<sub>/`` over every root (e.g. host profiles)."""
+    return sorted({p.name for root in search_path() if (root / sub).is_dir() for p in (root / sub).iterdir()
+                   if p.is_dir()})
 
 
 def _shown(path: Path) -> Path:
@@ -293,14 +319,16 @@ class _Entry:
 
 
 class _Folder:
-    """The entries of ``profiles/<sub>/*.yaml`` by name; ``what`` names them in errors."""
+    """The entries of ``<root>/<sub>/*.yaml`` by name over the roots (built-ins first, so a
+    user root's entry of the same name wins); ``what`` names them in errors."""
 
-    def __init__(self, folder: Path, cls, what: str):
+    def __init__(self, folders: list[Path], cls, what: str):
         self.what = what
         self.entries: dict[str, _Entry] = {}
-        for path in sorted(folder.glob("*.yaml")):
-            entry = _Entry(_shown(path), cls)
-            self.entries[entry.name] = entry  # a later file of the same name wins, as it always has
+        for folder in folders:
+            for path in sorted(folder.glob("*.yaml")):
+                entry = _Entry(_shown(path), cls)
+                self.entries[entry.name] = entry  # a later file or root of the same name wins
 
     def good(self) -> dict:
         return {name: e.spec() for name, e in self.entries.items() if e.error() is None}
@@ -323,13 +351,17 @@ class _Folder:
 
 
 @functools.lru_cache(maxsize=4)
-def _gpu_folder(root: str) -> _Folder:
-    return _Folder(Path(root) / "gpus", GpuSpec, "GPU")
+def _gpu_folder(roots: tuple[str, ...]) -> _Folder:
+    return _Folder([Path(r) / "gpus" for r in reversed(roots)], GpuSpec, "GPU")
 
 
 @functools.lru_cache(maxsize=4)
-def _model_folder(root: str) -> _Folder:
-    return _Folder(Path(root) / "models", ModelSpec, "model")
+def _model_folder(roots: tuple[str, ...]) -> _Folder:
+    return _Folder([Path(r) / "models" for r in reversed(roots)], ModelSpec, "model")
+
+
+def _roots() -> tuple[str, ...]:
+    return tuple(str(r) for r in search_path())
 
 
 def reload() -> None:
@@ -347,17 +379,24 @@ def _good_with_warnings(folder: _Folder) -> dict:
 
 def gpus() -> dict[str, GpuSpec]:
     """Every GPU that loads; a warning line on stderr for each file that does not."""
-    return _good_with_warnings(_gpu_folder(str(profiles_dir())))
+    return _good_with_warnings(_gpu_folder(_roots()))
 
 
 def models() -> dict[str, ModelSpec]:
     """Every model that loads; a warning line on stderr for each file that does not."""
-    return _good_with_warnings(_model_folder(str(profiles_dir())))
+    return _good_with_warnings(_model_folder(_roots()))
 
 
 def get_gpu(name: str, key: str = "hardware.gpu") -> GpuSpec:
-    return _gpu_folder(str(profiles_dir())).get(name, key)
+    return _gpu_folder(_roots()).get(name, key)
 
 
 def get_model(name: str, key: str = "model") -> ModelSpec:
-    return _model_folder(str(profiles_dir())).get(name, key)
+    return _model_folder(_roots()).get(name, key)
+
+
+def entry_path(kind: Literal["gpu", "model"], name: str) -> Path | None:
+    """The file catalog entry ``name`` was read from (the winning root's), or None if unknown."""
+    folder = (_gpu_folder if kind == "gpu" else _model_folder)(_roots())
+    entry = folder.entries.get(name)
+    return entry.path if entry is not None else None

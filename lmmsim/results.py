@@ -17,6 +17,7 @@ import pandas as pd
 from lmmsim.build import build
 from lmmsim.engine.media_cache import combined_stats
 from lmmsim.outputs import OutputDir, atomic_path
+from lmmsim.metrics.itl import token_gaps
 from lmmsim.metrics.records import requests_frame
 from lmmsim.metrics.summary import clean_json, summarize
 from lmmsim.scenario import dump_scenario
@@ -35,7 +36,8 @@ def run_scenario(scn, base_dir: Path = Path("."), *, progress=None, requests=Non
     (``trace``: also keep every step for a timeline, in ``built.step_log``)."""
     built = build(scn, base_dir, progress=progress, requests=requests, step_log=trace)
     result = built.simulation.run()
-    df = requests_frame(result.seqs)
+    gaps = token_gaps(result.seqs)
+    df = requests_frame(result.seqs, gaps)
     busy = [0.0] * built.num_gpus
     arbiters = getattr(result.frontend, "arbiters", {})
     for worker in result.frontend.workers:
@@ -52,6 +54,7 @@ def run_scenario(scn, base_dir: Path = Path("."), *, progress=None, requests=Non
         ttft_slo=scn.slo.ttft_by_modality(),
         tpot_slo=scn.slo.tpot_bound_s,
         num_preemptions=sum(e.scheduler.num_preemptions for e in engines),
+        itl=gaps,
     )
     summary["sim_wall_time_s"] = result.wall_s
     summary["sim_events"] = result.num_events
@@ -69,6 +72,9 @@ def run_scenario(scn, base_dir: Path = Path("."), *, progress=None, requests=Non
         queues = [e.scheduler.queue for e in result.frontend.llm_engines if hasattr(e.scheduler.queue, "class_counts")]
         counts = [sum(c) for c in zip(*(q.class_counts() for q in queues))] if queues else []
         summary["admission"] = {**built.admission.report, "requests_per_class": counts}
+    from lmmsim.provenance import describe  # version, git revision, hashes of the inputs read
+
+    summary["provenance"] = describe(scn, base_dir)
     return RunOutput(df, clean_json(summary), built)
 
 

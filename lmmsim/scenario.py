@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError, field_validator)
+from pydantic import (BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, PrivateAttr, ValidationError,
+                      field_validator)
 
 from lmmsim import policies
 from lmmsim.costmodel.engine_overheads import EngineCostsConfig
@@ -148,6 +149,9 @@ def _scenario_cls_for(version: int):
         # Per-step engine costs beyond the kernels (lmmsim.costmodel.engine_overheads).
         engine: EngineCostsConfig = EngineCostsConfig()
         host: HostConfig = HostConfig()
+        # Where its relative paths resolve, when loaded by the Python API (lmmsim.api): the
+        # scenario file's folder, or the working directory for a dict / YAML text. Not a key.
+        _base_dir: Path | None = PrivateAttr(None)
 
         @field_validator("name")
         @classmethod
@@ -264,11 +268,36 @@ def _coerced_bools(raw, value, path: str):
             yield from _coerced_bools(sub, val, f"{path}.{i}")
 
 
-def load_scenario(path: str | Path, overrides: list[str] = ()):
-    """Read, override and validate a scenario file. Returns ``(scenario, base_dir)``;
-    relative paths inside the scenario (traces, empirical lengths) are relative
-    to ``base_dir``, the scenario file's folder."""
+def examples_dir() -> Path:
+    """The example scenarios shipped as package data (``lmmsim/scenarios``; a checkout's
+    ``scenarios/`` links to it)."""
+    from importlib import resources
+
+    return Path(str(resources.files("lmmsim") / "scenarios"))
+
+
+def scenario_file(path: str | Path) -> Path:
+    """``path`` when it exists; else the shipped example it names -- ``quickstart``,
+    ``quickstart.yaml``, ``scenarios/quickstart.yaml`` or ``baselines/text-vllm`` -- so the
+    README's commands work from any folder; else ``path`` (whose reading reports it missing)."""
     path = Path(path)
+    if path.exists() or path.is_absolute():
+        return path
+    rel = path.relative_to("scenarios") if path.parts[:1] == ("scenarios",) else path
+    for candidate in (rel, rel.with_name(rel.name + ".yaml")):
+        if candidate.parts and (examples_dir() / candidate).is_file():
+            return examples_dir() / candidate
+    return path
+
+
+def load_scenario(path: str | Path, overrides: list[str] = ()):
+    """Read, override and validate a scenario file (or a shipped example by name, see
+    :func:`scenario_file`). Returns ``(scenario, base_dir)``; relative paths inside the
+    scenario (traces, cost models, host profiles, empirical lengths) are relative to
+    ``base_dir``, the scenario file's folder -- not the working directory."""
+    path = scenario_file(path)
+    if not path.exists():
+        raise UserError(str(path), "scenario file not found (`lmmsim list scenarios` lists the shipped examples)")
     if path.is_dir():
         raise UserError(str(path), "is a folder; give a scenario YAML file")
     raw = read_yaml(path, "scenario file")

@@ -13,6 +13,15 @@ What is in the file:
   ``thread_sort_index`` metadata. Worker threads get ``tid`` 1, 2, ... in the
   order of :func:`worker_sort_key` (below); ``tid`` 0 is the ``requests``
   marker track, present only when a requests frame is given;
+* *lanes*: the JSON format cannot show overlapping slices on one thread
+  (Perfetto draws them as false nesting), so a worker whose records overlap
+  (concurrent transfers on a link, say) gets one thread per concurrent slot.
+  Each record takes the lowest free lane when it starts (greedy, records in
+  start order); lane 0 keeps the worker's name, lane ``k`` is named
+  ``"<worker> #k"`` and sorts right after it, and its events carry
+  ``args.worker`` so that :func:`read_chrome_trace` folds lanes back together.
+  No two ``X`` events of one thread overlap (``ts + dur`` of one is at most the
+  next one's ``ts``);
 * one complete event (``"ph": "X"``) per record: ``ts``/``dur`` in
   microseconds of *simulated* time, ``name`` the kind plus the request ids
   (``"prefill r3,4"``; past four ids ``"decode r0,1,2,3 (+12)"``), ``cat`` the
@@ -20,13 +29,19 @@ What is in the file:
   ``start_at``/``end_at`` are the record's own seconds, kept so that
   :func:`read_chrome_trace` gives back the records bit for bit (a
   seconds -> microseconds -> seconds round trip is not exact in floating point);
+* counter events (``"ph": "C"``), one pair per engine step at its start, from
+  the records' ``kv_blocks_used`` / ``num_waiting`` / ``num_running``:
+  ``"<engine> KV"`` with ``{"blocks used": n}`` and ``"<engine> queue"`` with
+  ``{"waiting": w, "running": r}`` (Perfetto shows the tracks
+  ``"replica0 KV blocks used"``, ``"replica0 queue waiting"``, ...). The engine
+  is the worker without a ``/stageN`` suffix; timestamps rise per counter;
 * with ``requests``: one instant event (``"ph": "i"``, thread scope) per
   request arrival (``"arrive r<id>"``) and per first token
   (``"first token r<id>"``) on the ``requests`` track. Requests that never got
   a first token have no second marker. No flow arrows are drawn.
 
-Left out: counters (KV usage, queue length), per-token events inside a
-fast-forwarded ``decode_run`` (it stays one slice), completion markers. The
+Left out: per-token events inside a fast-forwarded ``decode_run`` (it stays
+one slice, with one counter sample at its start), completion markers. The
 file holds no wall-clock time or host name, so the same run writes the same
 bytes. A path ending in ``.gz`` is written gzip-compressed (Perfetto opens
 ``.json.gz``).
@@ -141,6 +156,73 @@ def _request_markers(requests: pd.DataFrame) -> list[dict]:
     return events
 
 
+def lane_name(worker: str, lane: int) -> str:
+    """Thread name of ``worker``'s lane ``lane``: the worker itself for lane 0, else ``"<worker> #<lane>"``."""
+    return worker if lane == 0 else f"{worker} #{lane}"
+
+
+def assign_lanes(records: list) -> tuple[list[int], dict[str, int]]:
+    """Lane of each record (lowest lane of its worker free at its start) and lanes per worker.
+
+    Records are taken in start order (ties: end order, then list order); a lane is
+    free once its last record ended at or before the start.
+    """
+    order = sorted(range(len(records)),
+                   key=lambda i: (float(records[i].start_at), float(records[i].end_at), i))
+    ends: dict[str, list[float]] = {}  # worker -> end of each lane's last record
+    lanes = [0] * len(records)
+    for i in order:
+        r = records[i]
+        start, end = float(r.start_at), float(r.end_at)
+        lane_ends = ends.setdefault(r.worker, [])
+        for k, busy_to in enumerate(lane_ends):
+            if busy_to <= start:
+                break
+        else:
+            k = len(lane_ends)
+            lane_ends.append(end)
+        lane_ends[k] = end
+        lanes[i] = k
+    return lanes, {w: len(v) for w, v in ends.items()}
+
+
+def _slice(r, tid: int, lane: int) -> dict:
+    start, end = float(r.start_at), float(r.end_at)
+    ids = tuple(int(i) for i in r.request_ids)
+    ts, end_us = start * _US, end * _US  # dur from the rounded ends: ts + dur never passes the next ts
+    args = {
+        "request_ids": list(ids),
+        "num_tokens": int(r.num_tokens),
+        "batch_size": int(r.batch_size),
+        "start_at": start,
+        "end_at": end,
+    }
+    if lane:
+        args["worker"] = r.worker
+    return {"ph": "X", "pid": PID, "tid": tid, "name": _event_name(r.kind, ids), "cat": r.kind,
+            "ts": ts, "dur": max(0.0, end_us - ts), "args": args}
+
+
+_STAGE_SUFFIX = re.compile(r"/stage\d+$")
+
+
+def _counters(records: list) -> list[dict]:
+    """KV and queue counter events, per engine in time order (see the module docstring)."""
+    samples = [r for r in records if getattr(r, "kv_blocks_used", -1) >= 0 or getattr(r, "num_waiting", -1) >= 0]
+    samples.sort(key=lambda r: (worker_sort_key(_STAGE_SUFFIX.sub("", r.worker)), float(r.start_at)))
+    events = []
+    for r in samples:
+        engine = _STAGE_SUFFIX.sub("", r.worker)
+        ts = float(r.start_at) * _US
+        if r.kv_blocks_used >= 0:
+            events.append({"ph": "C", "pid": PID, "name": f"{engine} KV", "cat": "counter", "ts": ts,
+                           "args": {"blocks used": int(r.kv_blocks_used)}})
+        if r.num_waiting >= 0:
+            events.append({"ph": "C", "pid": PID, "name": f"{engine} queue", "cat": "counter", "ts": ts,
+                           "args": {"waiting": int(r.num_waiting), "running": int(max(r.num_running, 0))}})
+    return events
+
+
 def write_chrome_trace(
     records: Iterable[StepRecord],
     path: Path,
@@ -154,8 +236,16 @@ def write_chrome_trace(
     Overwrites ``path``; the parent folder is created.
     """
     records = list(records)
+    for r in records:
+        start, end = float(r.start_at), float(r.end_at)
+        if not (math.isfinite(start) and math.isfinite(end)) or end < start:
+            raise ValueError(f"step record with bad interval [{start}, {end}] on {r.worker!r}")
     workers = order_workers(r.worker for r in records)
-    tids = {w: i + 1 for i, w in enumerate(workers)}
+    lanes, num_lanes = assign_lanes(records)
+    tids: dict[tuple[str, int], int] = {}
+    for w in workers:
+        for k in range(num_lanes[w]):
+            tids[(w, k)] = len(tids) + 1
 
     events: list[dict] = [
         _meta("process_name", None, {"name": title}),
@@ -164,35 +254,15 @@ def write_chrome_trace(
     if requests is not None:
         events.append(_meta("thread_name", REQUESTS_TID, {"name": REQUESTS_TRACK}))
         events.append(_meta("thread_sort_index", REQUESTS_TID, {"sort_index": REQUESTS_TID}))
-    for w in workers:
-        events.append(_meta("thread_name", tids[w], {"name": w}))
-        events.append(_meta("thread_sort_index", tids[w], {"sort_index": tids[w]}))
+    for (w, k), tid in tids.items():
+        events.append(_meta("thread_name", tid, {"name": lane_name(w, k)}))
+        events.append(_meta("thread_sort_index", tid, {"sort_index": tid}))
 
-    for r in records:
-        start, end = float(r.start_at), float(r.end_at)
-        if not (math.isfinite(start) and math.isfinite(end)) or end < start:
-            raise ValueError(f"step record with bad interval [{start}, {end}] on {r.worker!r}")
-        ids = tuple(int(i) for i in r.request_ids)
-        events.append(
-            {
-                "ph": "X",
-                "pid": PID,
-                "tid": tids[r.worker],
-                "name": _event_name(r.kind, ids),
-                "cat": r.kind,
-                "ts": start * _US,
-                "dur": max(0.0, (end - start) * _US),
-                "args": {
-                    "request_ids": list(ids),
-                    "num_tokens": int(r.num_tokens),
-                    "batch_size": int(r.batch_size),
-                    "start_at": start,
-                    "end_at": end,
-                },
-            }
-        )
+    for r, lane in zip(records, lanes):
+        events.append(_slice(r, tids[(r.worker, lane)], lane))
     if requests is not None:
         events.extend(_request_markers(requests))
+    events.extend(_counters(records))
 
     doc = {
         "traceEvents": events,
@@ -253,8 +323,8 @@ def read_chrome_trace(path: Path) -> pd.DataFrame:
         if e.get("ph") != "X":
             continue
         key = (e.get("pid"), e.get("tid"))
-        worker = thread_names.get(key, f"pid{key[0]}/tid{key[1]}")
         args = e.get("args") or {}
+        worker = str(args["worker"]) if "worker" in args else thread_names.get(key, f"pid{key[0]}/tid{key[1]}")
         ts = float(e.get("ts", 0.0))
         dur = float(e.get("dur", 0.0))
         start = float(args["start_at"]) if "start_at" in args else ts / _US

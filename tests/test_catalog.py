@@ -72,13 +72,17 @@ def test_unknown_names_are_user_errors():
 
 
 def test_profiles_folder_override_and_bad_file(tmp_path, monkeypatch):
+    builtin_gpus = catalog.gpus()
     (tmp_path / "gpus").mkdir()
     (tmp_path / "models").mkdir()
     shutil.copy(PROFILES / "gpus" / "h200.yaml", tmp_path / "gpus")
     monkeypatch.setenv("LMMSIM_PROFILES", str(tmp_path))
-    assert set(catalog.gpus()) == {"h200"}
+    catalog.reload()
+    assert set(catalog.gpus()) == set(builtin_gpus)  # laid over the built-ins, not replacing them
+    assert catalog.entry_path("gpu", "h200") == tmp_path / "gpus" / "h200.yaml"  # the user's copy wins
     (tmp_path / "models" / "broken.yaml").write_text("name: broken\nllm: {hidden_size: -1}\n")
-    assert catalog.models() == {}  # a broken file is left out (with a warning), not fatal
+    catalog.reload()
+    assert "broken" not in catalog.models()  # a broken file is left out (with a warning), not fatal
     with pytest.raises(UserError, match="broken.yaml: display_name: required key is missing"):
         catalog.get_model("broken")
 

@@ -184,12 +184,16 @@ def test_jobs_2_gives_identical_results(reference, sweep_file, tmp_path):
     pd.testing.assert_frame_equal(_read(tmp_path / "out"), ref_df)
 
 
-def test_dask_gives_identical_results(reference, sweep_file, tmp_path):
+def test_dask_gives_identical_results(reference, sweep_file, tmp_path, monkeypatch):
     distributed = pytest.importorskip("dask.distributed")
     _, ref_df = reference
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                   dashboard_address=None) as cluster:
-        df = run_sweep(sweep_file, tmp_path / "out", executor="dask", address=cluster.scheduler_address,
+        # a relative output folder: the workers' working directory is not this one
+        work = tmp_path / "elsewhere"
+        work.mkdir()
+        monkeypatch.chdir(work)
+        df = run_sweep(sweep_file, Path("..") / "out", executor="dask", address=cluster.scheduler_address,
                        progress=False)
     pd.testing.assert_frame_equal(df, ref_df)
     pd.testing.assert_frame_equal(_read(tmp_path / "out"), ref_df)

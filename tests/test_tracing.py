@@ -209,11 +209,12 @@ def test_timeline_figure_draws_one_rect_per_colored_bar():
 def test_style_colors_and_save(tmp_path):
     known = ["vllm", "vllm-pp", "gllm", "gllm-epd", "modserve", "dynamo", "rserve", "rserve-intra",
              "rps-serve", "easerve"]
-    assert len({style.system_color(s) for s in known}) == len(known)
     assert len({style.system_marker(s) for s in known}) == len(known)
     assert style.system_color("my-system") == style.system_color("my-system")
-    assert style.system_color("my-system") not in {style.system_color(s) for s in known}
-    assert style.system_style("vllm") == {"color": "#1f77b4", "marker": "o", "label": "vllm"}
+    assert style.system_style("vllm") == {"color": "#0072B2", "marker": "o", "linestyle": "-", "label": "vllm"}
+    # more series than colours (tests/test_plot_palette.py checks the palette itself): still no two alike
+    looks = style.series_styles(known + ["my-system"])
+    assert len({(v["color"], v["linestyle"]) for v in looks.values()}) == len(known) + 1
     assert set(style.MODALITY_COLORS) == {"text", "image", "video", "audio"}
     with style.paper_style():
         fig = style.new_figure()
@@ -228,4 +229,4 @@ def test_style_colors_and_save(tmp_path):
     style.save(fig, out, force=True)
     assert out.read_bytes() == first  # no creation date: same bytes
     with pytest.raises(ValueError):
-        style.save(fig, tmp_path / "f.svg")
+        style.save(fig, tmp_path / "f.eps")

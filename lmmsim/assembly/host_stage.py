@@ -162,10 +162,9 @@ def host_profile_folder(name: str, base_dir: Path) -> Path:
     path = Path(name)
     if path.is_absolute() or len(path.parts) > 1:
         return path if path.is_absolute() else base_dir / path
-    root = catalog.profiles_dir() / "host"
-    folder = root / name
+    folder = catalog.find(Path("host") / name)
     if not folder.is_dir():
-        have = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+        have = catalog.subfolders("host")
         raise UserError("host.profile", f"unknown host profile {name!r}; valid: {', '.join(map(repr, have))} "
                                         f"or a folder path")
     return folder

@@ -124,7 +124,7 @@ def _profile_folder(name_or_dir: str) -> Path:
 
     path = Path(name_or_dir)
     if not path.exists():
-        path = catalog.profiles_dir() / "ops" / name_or_dir
+        path = catalog.find(Path("ops") / name_or_dir)
     if not path.is_dir():
         raise UserError("PROFILE", f"{name_or_dir} is neither a profile folder nor a name under profiles/ops/")
     return path

@@ -30,7 +30,7 @@ def cmd_reproduce(args) -> int:
 
     out = Path(args.output)
     report = reproduce(args.paper, out, quick=args.quick, jobs=args.jobs, figures=args.figures, force=args.force,
-                       sets=tuple(args.overrides), seeds=args.seeds)
+                       sets=tuple(args.overrides), seeds=args.seeds, progress=not args.quiet)
     print(report.read_text())
     print(f"figures and report in {out}/")
     return 0

@@ -14,7 +14,8 @@ from lmmsim.cli.calibrate import (
     cmd_validate_costmodel,
 )
 from lmmsim.cli.experiments import cmd_reproduce, cmd_search, cmd_sweep
-from lmmsim.cli.run import cmd_list, cmd_plot, cmd_run, cmd_validate, cmd_workload
+from lmmsim.cli.export import cmd_export_vllm
+from lmmsim.cli.run import cmd_completion, cmd_list, cmd_plot, cmd_run, cmd_schema, cmd_validate, cmd_workload
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,14 +26,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_scenario_commands(sub)
     _add_plot(sub)
+    _add_export(sub)
     _add_experiment_commands(sub)
     _add_calibrate_commands(sub)
     _add_list(sub)
+    sub.choices["completion"].set_defaults(root_parser=parser)  # the script is printed from this tree
     return parser
 
 
 def _scenario_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("scenario", help="scenario YAML file")
+    p.add_argument("scenario", help="scenario YAML file, or a shipped example by name, e.g. quickstart "
+                                    "(`lmmsim list scenarios`)")
     p.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help="override a scenario key, e.g. --set workload.arrival.rate=4 (repeatable; value parsed as YAML)",
@@ -69,9 +73,16 @@ def _add_scenario_commands(sub) -> None:
     p.add_argument("--force", action="store_true", help="overwrite an existing CSV")
     p.set_defaults(func=cmd_admission_profile)
 
-    p = sub.add_parser("workload", help="export the scenario's generated requests as a replayable trace")
+    p = sub.add_parser("workload", help="export the scenario's generated requests as a replayable trace",
+                       description="Write the scenario's requests: as an lmmsim trace (--format trace, the "
+                                   "default), or as a dataset that vllm bench serve (--format vllm-dataset: "
+                                   "--dataset-name custom --custom-output-len -1) or GuideLLM (--format "
+                                   "guidellm) replays; those get synthetic text prompts of each request's "
+                                   "text token count and no media.")
     _scenario_args(p)
-    p.add_argument("-o", "--output", required=True, help="trace file (.jsonl or .csv)")
+    p.add_argument("-o", "--output", required=True, help="trace file (.jsonl or .csv) or dataset (.jsonl)")
+    p.add_argument("--format", dest="export_format", choices=("trace", "vllm-dataset", "guidellm"),
+                   default="trace", help="what to write (default trace)")
     p.add_argument("--force", action="store_true", help="overwrite an existing trace file")
     p.set_defaults(func=cmd_workload)
 
@@ -84,7 +95,7 @@ def _add_plot(sub) -> None:
                                    "goodput-vs-slo-scale, line, pareto, cdf, bars, utilization (a sweep folder).")
     p.add_argument("kind", metavar="KIND")
     p.add_argument("results", metavar="RESULTS", help="results directory (a run's, or a sweep's), or its file")
-    p.add_argument("-o", "--output", required=True, help="figure file (.png or .pdf)")
+    p.add_argument("-o", "--output", required=True, help="figure file (.png, .pdf or .svg)")
     p.add_argument("--first", type=int, default=4, help="timeline: colour the first N requests (default 4)")
     p.add_argument("--x", help="column on the x axis (default: workload.arrival.rate)")
     p.add_argument("--series", help="column that makes one line per value (default: system)")
@@ -98,8 +109,30 @@ def _add_plot(sub) -> None:
     p.add_argument("--run-id", dest="run_id", help="utilization: which run")
     p.add_argument("--bins", type=int, help="utilization: time bins")
     p.add_argument("--log-x", dest="log_x", action="store_true", help="cdf: log x axis")
+    scale = p.add_mutually_exclusive_group()
+    scale.add_argument("--log-y", dest="log_y", action="store_true", default=None,
+                       help="log y axis (the default of ttft-vs-rate; line: opt in)")
+    scale.add_argument("--linear", dest="log_y", action="store_false", help="ttft-vs-rate, line: linear y axis")
     p.add_argument("--force", action="store_true", help="overwrite an existing figure")
     p.set_defaults(func=cmd_plot)
+
+
+def _add_export(sub) -> None:
+    """export: a run folder in another tool's result format."""
+    p = sub.add_parser("export", help="write a run's results in another tool's format (vllm)")
+    fmt = p.add_subparsers(dest="format", required=True, metavar="FORMAT")
+    v = fmt.add_parser("vllm", help="the JSON of `vllm bench serve --save-result` (keys, order, ms units)",
+                       description="Write a run folder as `vllm bench serve --save-result` writes its result, "
+                                   "so vLLM's own tooling can compare a simulated run with a measured one.")
+    v.add_argument("run_dir", metavar="RUN_DIR", help="a folder `lmmsim run` wrote (requests.parquet, summary.json)")
+    v.add_argument("-o", "--output", required=True, help="result JSON file to write")
+    v.add_argument("--percentile-metrics", default="ttft,tpot,itl",
+                   help="comma-separated metrics of ttft, tpot, itl, e2el (vLLM's default: ttft,tpot,itl)")
+    v.add_argument("--metric-percentiles", default="99", help="comma-separated percentiles (default 99)")
+    v.add_argument("--save-detailed", action="store_true",
+                   help="also the per-request lists (input_lens, output_lens, ttfts, itls, ...)")
+    v.add_argument("--force", action="store_true", help="overwrite an existing file")
+    v.set_defaults(func=cmd_export_vllm)
 
 
 def _add_experiment_commands(sub) -> None:
@@ -129,6 +162,7 @@ def _add_experiment_commands(sub) -> None:
                                              "(default 5; 1 with --quick)")
     p.add_argument("--jobs", type=int, help="local worker processes")
     p.add_argument("--force", action="store_true", help="write into a folder that holds files, replacing only those lmmsim wrote there")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr (figure names, sweep bars)")
     p.set_defaults(func=cmd_reproduce)
 
     p = sub.add_parser("search", help="EAServe's HAS: search the e_p_d allocation, encode batch bound and offload",
@@ -239,6 +273,17 @@ def _add_calibrate_commands(sub) -> None:
 def _add_list(sub) -> None:
     """list: catalog entries and registered names."""
     p = sub.add_parser("list", help="list catalog entries and registered names")
-    p.add_argument("what", choices=("models", "gpus", "systems", "policies"))
+    p.add_argument("what", choices=("models", "gpus", "systems", "policies", "scenarios"),
+                   help="scenarios: the shipped examples; `lmmsim run NAME` runs one from any folder")
     p.add_argument("-v", "--verbose", action="store_true", help="systems: also list each preset's simplifications")
     p.set_defaults(func=cmd_list)
+    p = sub.add_parser("schema", help="print the scenario's JSON schema (for editors)", description=(
+        "Print the scenario file's JSON schema: lmmsim schema > scenario.schema.json, then start a scenario "
+        "YAML with '# yaml-language-server: $schema=scenario.schema.json' for completion and checks in "
+        "editors that use the YAML language server."))
+    p.set_defaults(func=cmd_schema)
+    p = sub.add_parser("completion", help="print a shell completion script (bash, zsh)", description=(
+        "Print a completion script for lmmsim's subcommands and options: "
+        "lmmsim completion bash > ~/.local/share/bash-completion/completions/lmmsim"))
+    p.add_argument("shell", choices=("bash", "zsh"))
+    p.set_defaults(func=cmd_completion)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from lmmsim.cli.summary import ProgressBar, print_summary
@@ -89,9 +90,11 @@ def _some(ids: list[int], n: int = 5) -> str:
 
 
 def cmd_plot(args) -> int:
+    from lmmsim.plotting.style import FIGURE_SUFFIXES
+
     out = Path(args.output)
-    if out.suffix not in (".png", ".pdf"):
-        raise UserError("-o", f"figure must end in .png or .pdf, got {out.name!r}")
+    if out.suffix.lower() not in FIGURE_SUFFIXES:
+        raise UserError("-o", f"figure must end in .png, .pdf or .svg, got {out.name!r}")
     if out.exists() and not args.force:
         raise UserError("-o", f"{out} exists; pass --force to overwrite it")
     source = Path(args.results)
@@ -114,7 +117,7 @@ def cmd_plot(args) -> int:
         options = {"x": args.x, "series": args.series, "where": args.where, "stat": args.stat,
                    "metric": args.metric, "modality": args.modality, "normalize": args.normalize,
                    "baseline": args.baseline, "group": args.group, "run_id": args.run_id, "bins": args.bins,
-                   "log_x": args.log_x or None}
+                   "log_x": args.log_x or None, "log_y": getattr(args, "log_y", None)}
         plot(args.kind, source, out, force=args.force, **{k: v for k, v in options.items() if v is not None})
     print(f"wrote {out}")
     return 0
@@ -130,15 +133,29 @@ def cmd_workload(args) -> int:
     out = Path(args.output)
     if out.exists() and not args.force:
         raise UserError("-o", f"{out} exists; pass --force to overwrite it")
-    if out.suffix not in (".jsonl", ".csv"):
+    fmt = getattr(args, "export_format", "trace")
+    if fmt == "trace" and out.suffix not in (".jsonl", ".csv"):
         raise UserError("-o", f"trace file must end in .jsonl or .csv, got {out.name!r}")
+    if fmt != "trace" and out.suffix != ".jsonl":
+        raise UserError("-o", f"a {fmt} file is JSONL: it must end in .jsonl, got {out.name!r}")
     model = catalog.get_model(scn.model)
     requests = generate_requests(scn.workload, model, scn.seed, base_dir)
     from lmmsim.outputs import atomic_path
 
     with atomic_path(out) as tmp:
-        write_trace(requests, tmp)
-    print(f"wrote {len(requests)} requests to {out}")
+        if fmt == "trace":
+            write_trace(requests, tmp)
+            if scn.workload.arrival.kind == "closed_loop":
+                print("note: a closed_loop workload's arrival times come from the run; the trace's "
+                      "timestamps are all 0", file=sys.stderr)
+        else:
+            from lmmsim.workload.export import write_dataset
+
+            dropped = write_dataset(requests, tmp, fmt)
+            if dropped:
+                print(f"note: {dropped} requests carry media, which a {fmt} file does not hold here; "
+                      "only their text was written", file=sys.stderr)
+    print(f"wrote {len(requests)} requests to {out}" + ("" if fmt == "trace" else f" ({fmt})"))
     return 0
 
 
@@ -155,14 +172,45 @@ def cmd_list(args) -> int:
         for name, g in sorted(catalog.gpus().items()):
             print(f"{name:16s} {g.peak_bf16_tflops:7.1f} TFLOP/s bf16  {g.hbm_bandwidth_tbs:5.2f} TB/s  "
                   f"{g.memory_gib:5.0f} GiB  links {','.join(g.links)}")
+    elif what == "scenarios":
+        from lmmsim.scenario import examples_dir
+
+        root = examples_dir()
+        for path in sorted(root.rglob("*.yaml")):
+            print(f"{path.relative_to(root).with_suffix('').as_posix():40s} {path}")
     elif what == "systems":
-        for name, s in systems().items():
-            print(f"{name:10s} {s.summary} [{s.reference}]")
+        table = systems()
+        w = max(map(len, table), default=0)  # the longest name sets the column
+        for name, s in table.items():
+            print(f"{name:{w}s} {s.summary} [{s.reference}]")
             if args.verbose:
                 for note in s.notes:
-                    print(f"{'':10s}   - {note}")
+                    print(f"{'':{w}s}   - {note}")
     else:
-        for role, table in policies.describe().items():
+        described = policies.describe()
+        w = max((len(n) for t in described.values() for n in t), default=0)
+        rw = max(map(len, described), default=0)
+        for role, table in described.items():
             for name, summary in table.items():
-                print(f"{role:8s} {name:14s} {summary}")
+                print(f"{role:{rw}s} {name:{w}s} {summary}")
+    return 0
+
+
+def cmd_schema(args) -> int:
+    """The scenario's JSON schema (pydantic), for editors: a YAML file whose first line is
+    ``# yaml-language-server: $schema=scenario.schema.json`` gets completion and checks."""
+    import json
+
+    from lmmsim.scenario import scenario_cls
+
+    schema = {"$schema": "https://json-schema.org/draft/2020-12/schema",
+              "title": "lmmsim scenario", **scenario_cls().model_json_schema()}
+    print(json.dumps(schema, indent=2, sort_keys=True))
+    return 0
+
+
+def cmd_completion(args) -> int:
+    from lmmsim.cli.completion import script
+
+    print(script(args.root_parser, args.shell), end="")  # the parser itself: build_parser sets it
     return 0

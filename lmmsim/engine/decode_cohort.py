@@ -9,7 +9,11 @@ joins or leaves, not per member:
   are counted per residue class (``_phase_counts``), so the blocks a step
   needs are one look-up;
 * the attended context sum is ``sum(dec_base) + n * (step_no + 1)``;
-* completions sit in a heap keyed by the step that produces the last token.
+* completions sit in a heap keyed by the step that produces the last token;
+* ``step_ends[k]`` is when step ``k`` ended (one float per step, fast-forwarded
+  ones included), and a member that leaves appends ``(step_ends, first, stop)``
+  to its ``token_spans``: it emitted one token at each ``step_ends[first:stop]``
+  (:mod:`lmmsim.metrics.itl` expands them into inter-token latencies).
 
 A monolithic engine has one cohort. A pipeline-parallel engine has one per
 micro-batch slot (vLLM's virtual engines): a member stays in its slot.
@@ -30,6 +34,7 @@ class DecodeCohort:
         self._finish_heap: list = []  # (finish_step, admit_order, request_id)
         self._phase_counts = [0] * block_size
         self._base_sum = 0
+        self.step_ends: list[float] = []  # end time of each step run so far
 
     def __len__(self) -> int:
         return len(self.members)
@@ -73,15 +78,32 @@ class DecodeCohort:
         self._base_sum -= seq.dec_base
         seq.in_decode = False
         seq.cohort = None
+        first = seq.num_generated - seq.gen_base  # the step it entered at (num_generated is not yet moved)
+        if self.step_no > first:
+            seq.token_spans.append((self.step_ends, first, self.step_no))
         seq.num_computed = seq.num_scheduled = seq.dec_base + self.step_no
         seq.num_generated = seq.gen_base + self.step_no
         seq.num_blocks = blocks_for(seq.num_computed, self.block_size)
 
-    def advance(self, num_steps: int = 1) -> list:
-        """Count ``num_steps`` steps as run; return members that produced their
-        last token in them (they are left, in completion-step then admission order)."""
-        self.step_no += num_steps
-        last = self.step_no - 1
+    def advance(self, ended_at: float) -> list:
+        """Count one step, ended at ``ended_at``, as run (see :meth:`advance_many`)."""
+        self.step_ends.append(ended_at)
+        last = self.step_no
+        self.step_no = last + 1
+        heap = self._finish_heap
+        if not heap or heap[0][0] > last:  # the common case: nobody finished
+            return []
+        return self._pop_finished(last)
+
+    def advance_many(self, ends: list) -> list:
+        """Count ``len(ends)`` steps, ended at ``ends``, as run; return members that
+        produced their last token in them (they are left, in completion-step then
+        admission order)."""
+        self.step_ends.extend(ends)
+        self.step_no += len(ends)
+        return self._pop_finished(self.step_no - 1)
+
+    def _pop_finished(self, last: int) -> list:
         done = []
         heap = self._finish_heap
         while heap and heap[0][0] <= last:

@@ -33,7 +33,7 @@ from typing import Callable
 import simpy
 
 from lmmsim.engine.scheduler import ContinuousBatchingScheduler, SeqState, StepPlan
-from lmmsim.engine.steplog import StepRecord
+from lmmsim.engine.steplog import StepRecord, engine_counters
 
 
 def plan_kind(plan: StepPlan) -> str:
@@ -146,6 +146,7 @@ class PipelineEngine:
             stage_s = cost.llm_step_s(*shapes) / self.num_stages
             parts = cost.llm_step_parts(*shapes) if any(self.stage_runs) else None
             ids = plan_request_ids(plan, sched) if self.step_log is not None else ()
+            counters = engine_counters(sched) if self.step_log is not None else {}
             kind = plan_kind(plan)
             for s in range(self.num_stages):
                 if s:
@@ -163,7 +164,7 @@ class PipelineEngine:
                 self.stage_busy_s[s] += run_s
                 if self.step_log is not None:
                     self.step_log.append(StepRecord(f"{self.name}/stage{s}", t0, env.now, kind, ids,
-                                                    plan.num_tokens, len(ids)))
+                                                    plan.num_tokens, len(ids), **(counters if s == 0 else {})))
                 if s == 0 and self.chunk_pipelining and s != last:
                     sched.release_chunks(plan)
                     self.notify()

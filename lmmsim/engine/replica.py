@@ -20,7 +20,7 @@ from typing import Callable
 from lmmsim.engine.clock import SimEnvironment
 from lmmsim.engine.pipeline import plan_kind, plan_request_ids
 from lmmsim.engine.scheduler import ContinuousBatchingScheduler, SeqState
-from lmmsim.engine.steplog import StepRecord
+from lmmsim.engine.steplog import StepRecord, engine_counters
 
 
 class Replica:
@@ -92,16 +92,19 @@ class Replica:
                 self._wakeup = None
             now = env.now
             if self.fast_forward and sched.can_fast_forward():
-                steps, end_at = self._plan_stretch(now)
+                counters = engine_counters(sched) if self.step_log is not None else {}
+                steps, end_at, ends = self._plan_stretch(now)
                 if steps > 1:
                     yield env.timeout_at(end_at)
                     self.num_steps += steps
                     if self.step_log is not None:
                         self.step_log.append(StepRecord(self.name, now, end_at, "decode_run",
-                                                        tuple(sched.decoding), len(sched.decoding) * steps, steps))
-                    self._finish_all(sched.advance_decodes(steps, end_at))
+                                                        tuple(sched.decoding), len(sched.decoding) * steps, steps,
+                                                        **counters))
+                    self._finish_all(sched.advance_decodes(ends))
                     continue
             plan = sched.schedule(now)
+            counters = engine_counters(sched) if self.step_log is not None else {}
             if plan.is_empty:
                 if plan.preempted:
                     continue  # the step only evicted; admission is allowed on the retry
@@ -136,7 +139,7 @@ class Replica:
             self.num_steps += 1
             if self.step_log is not None:
                 self.step_log.append(StepRecord(self.name, now, end_at, plan_kind(plan), plan_request_ids(plan, sched),
-                                                plan.num_tokens, len(plan.chunks) + plan.num_decodes))
+                                                plan.num_tokens, len(plan.chunks) + plan.num_decodes, **counters))
             handoffs: list = []
             self._finish_all(sched.complete(plan, now, now + encode_s, end_at, handoffs))
             if self.on_batch is not None:
@@ -144,8 +147,9 @@ class Replica:
             for seq in handoffs:
                 self.on_handoff(seq)
 
-    def _plan_stretch(self, now: float) -> tuple[int, float]:
-        """How many decode-only steps can be applied as one event, and their end.
+    def _plan_stretch(self, now: float) -> tuple[int, float, list]:
+        """How many decode-only steps can be applied as one event, their end, and
+        each step's end (the token times of the stretch).
 
         Sums step durations exactly as stepping would (``t += dt`` in order) and
         adds them to ``busy_s`` likewise.
@@ -160,6 +164,7 @@ class Replica:
         t = now
         busy = self.busy_s
         steps = 0
+        ends: list = []
         while steps < max_steps:
             need = sched.decode_blocks_needed(first + steps)
             if need > free:
@@ -169,8 +174,9 @@ class Replica:
                 break
             free -= need
             t = t + dt
+            ends.append(t)
             busy += dt
             steps += 1
         if steps > 1:
             self.busy_s = busy
-        return steps, t
+        return steps, t, ends

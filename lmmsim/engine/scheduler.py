@@ -85,7 +85,7 @@ class SeqState:
         "in_decode", "cohort", "dec_base", "gen_base", "finish_step", "num_blocks", "busy", "in_flight",
         "prefill_started_at", "first_token_at", "finished_at",
         "encode_started_at", "encode_finished_at", "num_preemptions", "replica", "status", "reject_reason",
-        "preprocess_started_at", "preprocess_finished_at",
+        "preprocess_started_at", "preprocess_finished_at", "token_spans",
     )
 
     def __init__(self, request: Request, replica: int = 0):
@@ -115,6 +115,9 @@ class SeqState:
         self.reject_reason = None  # why it was refused at arrival (status "rejected")
         self.preprocess_started_at = NAN  # host preprocessing (lmmsim.engine.host), when the stage exists
         self.preprocess_finished_at = NAN
+        # Output tokens after the first (lmmsim.metrics.itl): (step_ends, first, stop) per
+        # decode stretch in a cohort, and a float for a token a recompute sampled.
+        self.token_spans: list = []
 
     @property
     def num_tokens(self) -> int:
@@ -499,7 +502,7 @@ class ContinuousBatchingScheduler(ChunkMediaFit):
                 seq.encode_started_at = started_at
             seq.encode_finished_at = encoded_at
         cohort = self.cohorts[plan.slot]
-        finished = cohort.advance(1)
+        finished = cohort.advance(ended_at)
         for seq in finished:
             self._finish(seq, ended_at)
         self.num_decoding -= len(finished)
@@ -513,6 +516,8 @@ class ContinuousBatchingScheduler(ChunkMediaFit):
                 seq.num_generated += 1
                 if seq.first_token_at != seq.first_token_at:
                     seq.first_token_at = ended_at
+                else:  # a recompute after preemption samples the next token
+                    seq.token_spans.append(ended_at)
                 self.prefilling.remove(seq)
                 if seq.num_generated >= seq.request.num_output_tokens:
                     self._finish(seq, ended_at)
@@ -525,8 +530,9 @@ class ContinuousBatchingScheduler(ChunkMediaFit):
                     self.num_decoding += 1
         return finished
 
-    def advance_decodes(self, num_steps: int, ended_at: float) -> list[SeqState]:
-        """Apply ``num_steps`` decode-only steps of slot 0 at once (fast-forward).
+    def advance_decodes(self, ends: list[float]) -> list[SeqState]:
+        """Apply ``len(ends)`` decode-only steps of slot 0, ended at ``ends``, at once
+        (fast-forward).
 
         Only valid when :meth:`can_fast_forward` held, the KV pool can take the
         stretch's blocks, and no decode finishes before its last step; the
@@ -534,8 +540,9 @@ class ContinuousBatchingScheduler(ChunkMediaFit):
         """
         cohort = self.cohorts[0]
         first = cohort.step_no
-        self.pool.allocate(sum(cohort.blocks_needed(first + j) for j in range(num_steps)))
-        finished = cohort.advance(num_steps)
+        self.pool.allocate(sum(cohort.blocks_needed(first + j) for j in range(len(ends))))
+        finished = cohort.advance_many(ends)
+        ended_at = ends[-1]
         for seq in finished:
             self._finish(seq, ended_at)
         self.num_decoding -= len(finished)

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from lmmsim.engine.clock import SimEnvironment
+from lmmsim.engine.closed_loop import ClosedLoop
 from lmmsim.errors import StuckRunError
 from lmmsim.engine.scheduler import SeqState
 from lmmsim.workload.request import Request
@@ -95,12 +96,18 @@ class Simulation:
         horizon_s: float | None = None,
         progress: Callable[[int, int], None] | None = None,
         make_host: Callable | None = None,
+        closed_loop: ClosedLoop | None = None,
     ):
         self.requests = requests
         self.rejected = rejected or {}
         self.horizon_s = horizon_s
         self.progress = progress
         self.env = SimEnvironment()
+        # closed loop (lmmsim.engine.closed_loop): arrival times are set as requests are sent, on
+        # copies, so the request list itself stays static; NaN until then (never sent: not_arrived)
+        self.closed_loop = closed_loop
+        if closed_loop is not None:
+            requests = [replace(r, arrived_at=math.nan) for r in requests]
         self.seqs = [SeqState(r) for r in requests]
         self._next_arrival_at = requests[0].arrived_at if requests else math.inf  # (or first delivery)
         self._horizon = math.inf if horizon_s is None else horizon_s
@@ -109,12 +116,23 @@ class Simulation:
         # arrivals alone, its schedule is planned up front (HostPool.plan) and each request
         # enters the deployment at its delivery: ``_next_arrival_at`` is the next delivery.
         self.host = None
+        # the open-loop path keeps its callbacks free of closed-loop checks
+        if closed_loop is not None:
+            self._on_finish, self._barrier_at = self._closed_on_finish, self._closed_barrier_at
         self.frontend = make_frontend(self.env, self._on_finish, self._barrier_at)
         if make_host is not None:
             self.host = make_host(self.env, self.frontend.arrive)
 
     def _barrier_at(self) -> float:
         return min(self._next_arrival_at, self._horizon)
+
+    def _closed_barrier_at(self) -> float:
+        delivery = self.host.next_delivery_at() if self.host is not None else math.inf
+        return min(self.closed_loop.next_arrival_bound(), delivery, self._horizon)
+
+    def _closed_on_finish(self, seq: SeqState) -> None:
+        Simulation._on_finish(self, seq)
+        self.closed_loop.ended()
 
     def _on_finish(self, seq: SeqState) -> None:
         self.num_done += 1
@@ -165,6 +183,18 @@ class Simulation:
                 continue
             enter(seq)
 
+    def _send(self, i: int) -> None:
+        """Closed loop: request ``i`` arrives now (refused, through host preprocessing, or straight in)."""
+        seq = self.seqs[i]
+        seq.request.arrived_at = self.env.now
+        reason = self.rejected.get(seq.request.request_id)
+        if reason is not None:
+            self._reject(seq, reason)
+        elif self.host is not None:
+            self.host.submit(seq)
+        else:
+            self.frontend.arrive(seq)
+
     def _reject(self, seq, reason: str) -> None:
         """Refused at arrival (lmmsim.build.refusals): ends at once, never enters the deployment."""
         seq.status = "rejected"
@@ -173,7 +203,10 @@ class Simulation:
 
     def run(self) -> SimulationResult:
         wall0 = time.perf_counter()
-        self.env.process(self._arrivals())
+        if self.closed_loop is not None:
+            self.closed_loop.start(self.env, len(self.seqs), self._send)
+        else:
+            self.env.process(self._arrivals())
         env = self.env
         horizon = self._horizon
         if self.horizon_s is None:

@@ -18,7 +18,7 @@ The log is written out as a Chrome/Perfetto trace by
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -46,6 +46,12 @@ class StepRecord:
     media items in the step; for ``decode_run`` the number of decode steps the
     record stands for (each over the same batch). ``request_ids`` may be empty
     for a ``decode_run``.
+
+    ``kv_blocks_used``, ``num_waiting``, ``num_running``: the engine's KV blocks
+    in use and its waiting / running request counts when the step starts (after
+    admission), for the trace's counter tracks; -1 (the default) where the track
+    has none (encoders, links, host workers, later pipeline stages). They take no
+    part in equality and are not columns of :meth:`StepLog.to_frame`.
     """
 
     worker: str
@@ -55,10 +61,21 @@ class StepRecord:
     request_ids: tuple[int, ...]
     num_tokens: int
     batch_size: int
+    kv_blocks_used: int = field(default=-1, compare=False)
+    num_waiting: int = field(default=-1, compare=False)
+    num_running: int = field(default=-1, compare=False)
 
     @property
     def duration_s(self) -> float:
         return self.end_at - self.start_at
+
+
+def engine_counters(sched) -> dict[str, int]:
+    """Counter fields of a :class:`StepRecord` for an engine with scheduler ``sched`` (KV pool and queue)."""
+    pool, queue = getattr(sched, "pool", None), getattr(sched, "queue", None)
+    return {"kv_blocks_used": pool.num_used if pool is not None else -1,
+            "num_waiting": len(queue) if queue is not None else -1,
+            "num_running": getattr(sched, "num_running", -1)}
 
 
 class StepLog(list):

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from lmmsim.metrics.itl import TokenGaps, token_gaps
+
 COLUMNS = (
     "request_id", "class_name", "modality", "status", "reject_reason", "replica",
     "arrived_at", "preprocess_started_at", "preprocess_finished_at",
@@ -22,9 +24,14 @@ COLUMNS = (
 )
 
 
-def requests_frame(seqs) -> pd.DataFrame:
+def requests_frame(seqs, gaps: TokenGaps | None = None) -> pd.DataFrame:
     """One row per request, in request-id order, plus derived latency columns
-    ``ttft_s``, ``tpot_s``, ``e2e_s`` and ``normalized_latency_s_per_token``."""
+    ``ttft_s``, ``tpot_s``, ``e2e_s``, ``normalized_latency_s_per_token`` and
+    ``itl_max_s`` (the request's largest inter-token gap, :mod:`lmmsim.metrics.itl`;
+    ``gaps``: :func:`~lmmsim.metrics.itl.token_gaps` of the same ``seqs``, if at hand)."""
+    seqs = list(seqs)
+    if gaps is None:
+        gaps = token_gaps(seqs)
     cols: dict[str, list] = {c: [] for c in COLUMNS}
     for s in seqs:
         r = s.request
@@ -57,4 +64,5 @@ def requests_frame(seqs) -> pd.DataFrame:
     decode_tokens = (df["num_output_tokens"] - 1).where(df["num_output_tokens"] > 1)
     df["tpot_s"] = (df["finished_at"] - df["first_token_at"]) / decode_tokens
     df["normalized_latency_s_per_token"] = df["e2e_s"] / df["num_output_tokens"]
+    df["itl_max_s"] = gaps.per_request_max
     return df

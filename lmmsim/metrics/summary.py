@@ -6,7 +6,10 @@ nothing else; statuses in :mod:`lmmsim.engine.simulation`):
 
 * latency blocks (``ttft_s``, ``tpot_s``, ``e2e_s``,
   ``normalized_latency_s_per_token``) are over finished requests; TPOT only
-  over requests with more than one output token;
+  over requests with more than one output token; ``std`` is the population
+  standard deviation (numpy's default, as ``vllm bench serve`` reports it);
+* ``itl_s`` pools the inter-token gaps of all finished requests, as vLLM does
+  (:mod:`lmmsim.metrics.itl`);
 * the measurement window runs from the first arrival to the last completion
   (or the horizon, if requests were left unfinished); throughputs and goodput
   are counts over that window;
@@ -31,15 +34,16 @@ LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "normalized_latency_s_per_token")
 
 
 def latency_stats(values) -> dict[str, float | None]:
-    """``{mean, p50, p90, p95, p99, max}`` of the finite values (None if none)."""
+    """``{mean, p50, p90, p95, p99, max, std}`` of the finite values (None if none)."""
     arr = np.asarray(values, dtype=float)
     arr = arr[np.isfinite(arr)]
     if arr.size == 0:
-        return {"mean": None, **{k: None for k, _ in QUANTILES}, "max": None}
+        return {"mean": None, **{k: None for k, _ in QUANTILES}, "max": None, "std": None}
     out = {"mean": float(arr.mean())}
     qs = np.percentile(arr, [q for _, q in QUANTILES])
     out.update({k: float(v) for (k, _), v in zip(QUANTILES, qs)})
     out["max"] = float(arr.max())
+    out["std"] = float(arr.std())
     return out
 
 
@@ -66,9 +70,22 @@ def violation_severity(df: pd.DataFrame, ttft_slo: dict[str, float]) -> float | 
     return float(missed.mean()) if len(missed) else 0.0
 
 
-def _latency_blocks(df: pd.DataFrame) -> dict:
+def _latency_blocks(df: pd.DataFrame, itl=None) -> dict:
+    """The latency blocks of ``df``'s finished requests; ``itl_s`` too when ``itl``
+    (their ITL block) is given."""
     done = df[df["status"].eq("finished")]
-    return {name: latency_stats(done[name]) for name in LATENCIES}
+    out = {name: latency_stats(done[name]) for name in LATENCIES}
+    if itl is not None:
+        out["itl_s"] = itl
+    return out
+
+
+def _itl_by_modality(df: pd.DataFrame, itl) -> dict:
+    """The ITL block per modality of ``itl``'s requests (``df``: the requests frame)."""
+    if itl is None:
+        return {}
+    modality = df["modality"].reindex(range(len(itl.per_request_max))).to_numpy()
+    return {str(m): itl.stats(modality == m) for m in pd.unique(df["modality"])}
 
 
 def summarize(
@@ -79,7 +96,12 @@ def summarize(
     ttft_slo: dict[str, float],
     tpot_slo: float | None,
     num_preemptions: int,
+    itl=None,
 ) -> dict:
+    """The run summary of the requests frame ``df`` (positional index, as
+    :func:`~lmmsim.metrics.records.requests_frame` builds it); ``itl``: its
+    :class:`~lmmsim.metrics.itl.TokenGaps` (anything with its ``stats(rows)`` and
+    ``per_request_max``), for the ``itl_s`` blocks."""
     num_not_arrived = int(df["status"].eq("not_arrived").sum())
     if num_not_arrived:
         df = df[df["status"].ne("not_arrived")]
@@ -100,7 +122,7 @@ def summarize(
         "num_unfinished": int(df["status"].eq("unfinished").sum()),
         "num_not_arrived": num_not_arrived,
         "window_s": window,
-        **_latency_blocks(df),
+        **_latency_blocks(df, None if itl is None else itl.stats()),
         "throughput": {
             "requests_per_s": rate(float(finished.sum())),
             "input_tokens_per_s": rate(float(df.loc[finished, "num_prompt_tokens"].sum())),
@@ -117,11 +139,12 @@ def summarize(
         "num_preemptions": int(num_preemptions),
         "by_modality": {},
     }
+    itl_parts = _itl_by_modality(df, itl)
     for modality, part in df.groupby("modality", sort=True):
         summary["by_modality"][str(modality)] = {
             "num_requests": int(len(part)),
             "num_finished": int(part["status"].eq("finished").sum()),
-            **_latency_blocks(part),
+            **_latency_blocks(part, itl_parts.get(str(modality))),
             "slo_attainment": float(met[part.index].mean()),
         }
     return summary

@@ -13,8 +13,9 @@ Conventions shared by every kind:
 
 * ``x`` is a column (default ``workload.arrival.rate``), ``series`` a column
   (default ``system``) giving one line / bar colour per value, in order of first
-  appearance in the results. Colours and markers come from
-  :mod:`lmmsim.plotting.style` (a system looks the same in every figure). If the
+  appearance in the results. Colours, markers and line styles come from
+  :func:`lmmsim.plotting.palette.series_styles` (Okabe-Ito: a known system looks
+  the same in every figure, and the series of one figure never share a look). If the
   default ``system`` column is absent, all rows form one series ``all``.
 * rows repeated at the same (series, x) point (``repeat``) are averaged: lines
   show the mean, a shaded band mean ± standard deviation (bars: error bars).
@@ -50,11 +51,13 @@ from lmmsim.plotting.results import (
     usable,
 )
 from lmmsim.plotting.style import (
+    FIGURE_SUFFIXES,
+    fit_tick_labels,
     modality_color,
     new_figure,
     paper_style,
     save,
-    system_style,
+    series_styles,
 )
 
 DEFAULT_X = "workload.arrival.rate"
@@ -63,7 +66,7 @@ STATS = ("mean", "p50", "p90", "p95", "p99", "max")
 
 #: Plot kind -> one-line description.
 KINDS: dict[str, str] = {
-    "ttft-vs-rate": "TTFT (mean; stat=p99 etc.) vs request rate, log y, one line per series",
+    "ttft-vs-rate": "TTFT (mean; stat=p99 etc.) vs request rate, log y (log_y=False: linear), one line per series",
     "throughput-vs-rate": "throughput (req/s; metric=input_tokens|output_tokens) vs request rate",
     "slo-attainment-vs-rate": "SLO attainment (%) vs request rate, one line per series",
     "goodput-vs-slo-scale": "goodput (req/s) vs SLO scale (x defaults to slo_scale)",
@@ -76,6 +79,7 @@ KINDS: dict[str, str] = {
 
 _X_LABELS = {
     "workload.arrival.rate": "request rate (req/s)",
+    "workload.arrival.concurrency": "concurrent users (closed loop)",
     "slo_scale": "SLO scale (×)",
     "slo.scale": "SLO scale (×)",
     "deployment.encoder.dispatch.embedding_batch_tokens": "embedding batch size C (tokens)",
@@ -116,8 +120,9 @@ def _series_order(frame: pd.DataFrame, series: str) -> list:
     return list(pd.unique(frame[series]))
 
 
-def _style(value) -> dict[str, str]:
-    return system_style(str(value))
+def _styles(order) -> dict[str, dict[str, str]]:
+    """Colour, marker and line style per series value of one figure (distinct; see lmmsim.plotting.palette)."""
+    return series_styles(str(v) for v in order)
 
 
 def _x_label(x: str) -> str:
@@ -160,8 +165,11 @@ def _option(name: str, value, valid: Iterable[str]):
 
 def _legend(fig: Figure, ax, n: int) -> None:
     if n > 1:
-        fig.legend(*ax.get_legend_handles_labels(), loc="outside upper center", ncols=min(n, 4),
-                   columnspacing=1.0)
+        handles, labels = ax.get_legend_handles_labels()
+        # as many columns as fit the figure's width (~0.6 em per character, plus the handle)
+        chars = fig.get_figwidth() * 72.0 / (0.6 * 7.0)
+        ncols = max(1, min(n, 4, int(chars // (max((len(t) for t in labels), default=1) + 6))))
+        fig.legend(handles, labels, loc="outside upper center", ncols=ncols, columnspacing=1.0)
 
 
 def _new_fig() -> tuple[Figure, object]:
@@ -181,13 +189,14 @@ def _lines(frame: pd.DataFrame, x: str, series: str, metric: str, *, ylabel: str
     fig, ax = _new_fig()
     order = _series_order(frame, series)
     agg = aggregate(frame, x, series, metric)
+    styles = _styles(order)
     for value in order:
         part = agg[agg[series] == value].sort_values(x)
         xs = part[x].to_numpy(dtype=float)
         mean = part["mean"].to_numpy(dtype=float) * scale
         std = part["std"].to_numpy(dtype=float) * scale
-        style = _style(value)
-        ax.plot(xs, mean, **style)
+        style = styles[str(value)]
+        ax.plot(xs, mean, label=str(value), **style)
         if (std > 0).any():
             lo = mean - std
             if log_y:  # keep the band on a log axis
@@ -208,9 +217,9 @@ def _modality_metric(metric: str, modality: str | None) -> str:
     return f"by_modality.{modality}.{metric}" if modality else metric
 
 
-def _ttft_vs_rate(frame, x, series, *, stat="mean", modality=None, **_):
+def _ttft_vs_rate(frame, x, series, *, stat="mean", modality=None, log_y=True, **_):
     _option("stat", stat, STATS)
-    return _lines(frame, x, series, _modality_metric(f"ttft_s.{stat}", modality), log_y=True)
+    return _lines(frame, x, series, _modality_metric(f"ttft_s.{stat}", modality), log_y=bool(log_y))
 
 
 def _throughput_vs_rate(frame, x, series, *, metric="requests", **_):
@@ -277,11 +286,13 @@ def _pareto(frame, x, series, *, stat="mean", normalize="x", baseline=None, **_)
     frame["_idle"] = 1.0 - frame["gpu_utilization.mean"].astype(float)
 
     fig, ax = _new_fig()
+    styles = _styles(order)
     for value in order:
         part = frame[frame[series] == value]
         if part.empty:
             continue
-        ax.plot(part["_idle"], part["_lat"], linestyle="none", **_style(value))
+        ax.plot(part["_idle"], part["_lat"], label=str(value),
+                **{**styles[str(value)], "linestyle": "none"})
     front = pareto_frontier(frame["_idle"].to_numpy(float), frame["_lat"].to_numpy(float))
     ax.plot(frame["_idle"].to_numpy(float)[front], frame["_lat"].to_numpy(float)[front],
             color="black", linestyle="--", linewidth=0.8, drawstyle="steps-post", label="Pareto frontier",
@@ -300,6 +311,8 @@ def _pareto(frame, x, series, *, stat="mean", normalize="x", baseline=None, **_)
 
 
 def _run_dirs(frame: pd.DataFrame, root: Path | None) -> list[tuple[object, Path]]:
+    if frame.attrs.get("run_dir"):  # a single run's folder (load_results)
+        return [(frame["run_id"].iloc[0], Path(frame.attrs["run_dir"]))] if len(frame) else []
     require(frame, "run_id")
     if root is None:
         raise UserError("RESULTS", "this kind reads the run folders; give the sweep folder or its results.parquet")
@@ -398,8 +411,10 @@ def _utilization(frame, x, series, *, root=None, run_id=None, bins=50, **_):
 
         edges, tracks = busy_fraction(read_chrome_trace(trace), int(bins))
         mids = (edges[:-1] + edges[1:]) / 2 - edges[0]
+        styles = _styles(tracks)
         for name, frac in tracks.items():
-            ax.plot(mids, frac, label=name, drawstyle="default")
+            ax.plot(mids, frac, label=name, drawstyle="default", color=styles[name]["color"],
+                    linestyle=styles[name]["linestyle"])
         ax.set_xlabel("time (s)")
         ax.set_ylabel("GPU busy fraction")
         ax.set_ylim(0, 1.05)
@@ -413,7 +428,7 @@ def _utilization(frame, x, series, *, root=None, run_id=None, bins=50, **_):
         if not per_gpu:
             raise UserError("RESULTS", f"{summ} has no gpu_utilization.per_gpu")
         label = str(frame[series].iloc[0]) if series in frame.columns else None
-        color = _style(label)["color"] if label else None
+        color = _styles([label])[label]["color"] if label else None
         ax.bar(range(len(per_gpu)), [100.0 * (u or 0.0) for u in per_gpu], color=color, label=label)
         ax.set_xticks(range(len(per_gpu)))
         ax.set_xlabel("GPU")
@@ -428,6 +443,9 @@ def _utilization(frame, x, series, *, root=None, run_id=None, bins=50, **_):
 # --------------------------------------------------------------------------- bars
 
 
+_HATCHES = (None, "//", "..", "xx")  # bars past the palette's colours: a repeated colour gets a hatch
+
+
 def _bars(frame, x, series, *, metric="ttft_s.mean", group=None, **_):
     """One bar per series (mean ± std over its rows); with ``group`` (a column), grouped bars per value."""
     require(frame, metric)
@@ -439,6 +457,7 @@ def _bars(frame, x, series, *, metric="ttft_s.mean", group=None, **_):
     groups = sorted(pd.unique(frame[group])) if group is not None else [None]
     fig, ax = _new_fig()
     width = 0.8 / len(order) if group is not None else 0.7
+    styles, seen = _styles(order), []
     for i, value in enumerate(order):
         means, stds, pos = [], [], []
         for j, gval in enumerate(groups):
@@ -451,15 +470,17 @@ def _bars(frame, x, series, *, metric="ttft_s.mean", group=None, **_):
             means.append(vals.mean())
             stds.append(vals.std() if len(vals) > 1 else 0.0)
             pos.append(j + (i - (len(order) - 1) / 2) * width if group is not None else i)
-        style = _style(value)
-        ax.bar(pos, means, width=width, yerr=stds, color=style["color"], label=str(value),
+        color = styles[str(value)]["color"]
+        ax.bar(pos, means, width=width, yerr=stds, color=color, label=str(value),
+               hatch=_HATCHES[seen.count(color) % len(_HATCHES)], edgecolor="white", linewidth=0.3,
                error_kw={"elinewidth": 0.6, "capsize": 2})
+        seen.append(color)
     if group is not None:
-        ax.set_xticks(range(len(groups)), [f"{g:g}" if isinstance(g, float) else str(g) for g in groups])
+        fit_tick_labels(ax, [f"{g:g}" if isinstance(g, float) else str(g) for g in groups])
         ax.set_xlabel(_x_label(group))
         _legend(fig, ax, len(order))
     else:
-        ax.set_xticks(range(len(order)), [str(v) for v in order])
+        fit_tick_labels(ax, [str(v) for v in order])
         ax.set_xlabel(series)
     ax.set_ylabel(_metric_label(metric))
     ax.grid(True, axis="y")
@@ -520,18 +541,19 @@ def plot(kind: str, results: Path, out: Path, *, x: str | None = None, series: s
          force: bool = False, **options) -> Path:
     """Draw figure ``kind`` from a sweep (its folder or ``results.parquet``) and save it to ``out``.
 
-    ``out`` ends in ``.png`` or ``.pdf``; an existing file raises ``FileExistsError`` unless ``force``.
+    ``out`` ends in ``.png``, ``.pdf`` or ``.svg``; an existing file raises ``FileExistsError`` unless ``force``.
     Options per kind: ``stat`` (ttft-vs-rate, pareto), ``modality`` (ttft-vs-rate,
     slo-attainment-vs-rate), ``metric`` (throughput-vs-rate: requests|input_tokens|output_tokens;
     bars: any metric column; cdf: a requests.parquet latency column), ``normalize`` (pareto:
     x|overall|none) and ``baseline``, ``group`` (bars), ``run_id``/``bins`` (utilization),
-    ``log_x`` (cdf), ``where`` (all). Returns ``out``.
+    ``log_x`` (cdf), ``log_y`` (ttft-vs-rate: default true; line: default false), ``where`` (all).
+    Returns ``out``.
     """
     if kind not in _BUILDERS:
         raise UserError("KIND", f"unknown plot kind {kind!r}; choose from {choices(KINDS)}")
     out = Path(out)
-    if out.suffix.lower() not in (".png", ".pdf"):
-        raise UserError("-o", f"figure must end in .png or .pdf, got {out.name!r}")
+    if out.suffix.lower() not in FIGURE_SUFFIXES:
+        raise UserError("-o", f"figure must end in .png, .pdf or .svg, got {out.name!r}")
     if out.exists() and not force:
         raise FileExistsError(f"{out} exists; pass force=True to overwrite")
     frame = load_results(Path(results))

@@ -21,11 +21,17 @@ FAILED_STATUSES = frozenset({"failed", "error", "errored", "crashed"})
 
 
 def load_results(results: Path) -> pd.DataFrame:
-    """Read a sweep's results (its folder or its ``results.parquet``).
+    """Read a sweep's results (its folder or its ``results.parquet``), or a single run's
+    folder (``lmmsim run -o``: one row, for the kinds that read run folders, e.g. ``cdf``).
 
-    ``frame.attrs["root"]`` is the sweep folder (where ``runs/<run_id>/`` live).
+    ``frame.attrs["root"]`` is the sweep folder (where ``runs/<run_id>/`` live); for a
+    run folder ``frame.attrs["run_dir"]`` is the folder itself.
     """
     results = Path(results)
+    if results.is_dir() and not (results / "results.parquet").exists() and (results / "requests.parquet").exists():
+        frame = pd.DataFrame({"run_id": [results.name], "status": ["ok"]})
+        frame.attrs["run_dir"] = str(results)
+        return frame
     path = results / "results.parquet" if results.is_dir() else results
     if not path.exists():
         raise UserError("RESULTS", f"{path} not found; give a sweep folder or its results.parquet")

@@ -1,19 +1,21 @@
 """One look for every lmmsim figure: colours, markers, sizes, and saving.
 
-* :data:`SYSTEM_STYLES` gives each named system (the presets in
-  :mod:`lmmsim.systems`) a fixed colour and marker, so a system looks the same
-  in every plot. :func:`system_color` / :func:`system_marker` /
-  :func:`system_style` answer for any name: an unknown name gets a colour and
-  marker picked from a fallback palette by a hash of the name (stable across
-  runs and machines, unlike Python's ``hash``).
-* :data:`MODALITY_COLORS` colours text, image, video and audio.
+* Colours come from :mod:`lmmsim.plotting.palette` (re-exported here): the
+  colour-blind-safe Okabe-Ito palette, a fixed colour, marker and line style
+  per known system (:data:`SYSTEM_STYLES`, :func:`system_style`), and
+  :func:`series_styles`, which gives the series of one figure distinct styles
+  (unknown names take the unused colours in order of appearance, then line
+  styles). :data:`MODALITY_COLORS` colours text, image, video and audio.
+  The paper rcParams' colour cycle is the same palette.
 * :data:`RC_PARAMS` sizes figures for one column of a two-column paper
   (3.3 in wide, 8-pt fonts). Apply them with ``with paper_style(): ...``;
   importing this module changes no global matplotlib state.
-* :func:`save` writes PNG (200 dpi) or PDF by the path's suffix, creates the
-  folder, and refuses to overwrite an existing file unless ``force=True``.
-  PDFs embed TrueType fonts and carry no creation date, so the same figure
-  gives the same bytes.
+* :func:`save` writes PNG (200 dpi), PDF or SVG by the path's suffix, creates
+  the folder, and refuses to overwrite an existing file unless ``force=True``.
+  PDFs embed TrueType fonts and carry no creation date, SVGs no date and fixed
+  ids, so the same figure gives the same bytes.
+* :func:`fit_tick_labels` rotates category tick labels (30 degrees, right
+  aligned) when they would not fit side by side.
 
 Figures are built with :class:`matplotlib.figure.Figure` directly (no pyplot
 state, Agg rendering), so all of this works headless.
@@ -22,57 +24,29 @@ state, Agg rendering), so all of this works headless.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from pathlib import Path
 
 import matplotlib as mpl
+from cycler import cycler
 from matplotlib.figure import Figure
+
+from lmmsim.plotting.palette import (  # noqa: F401 (re-exported)
+    MIXED_COLOR,
+    MODALITY_COLORS,
+    OKABE_ITO,
+    SYSTEM_STYLES,
+    modality_color,
+    series_styles,
+    system_color,
+    system_marker,
+    system_style,
+)
 
 #: Width of one paper column, inches.
 COLUMN_WIDTH_IN = 3.3
 #: Width of a figure spanning both columns, inches.
 FULL_WIDTH_IN = 7.0
 PNG_DPI = 200
-
-#: Fixed colour and marker per system. Colours are matplotlib's tab10 (colour-blind-aware, distinct in print).
-SYSTEM_STYLES: dict[str, dict[str, str]] = {
-    "vllm": {"color": "#1f77b4", "marker": "o"},
-    "vllm-pp": {"color": "#17becf", "marker": "s"},
-    "gllm": {"color": "#ff7f0e", "marker": "^"},
-    "gllm-epd": {"color": "#8c564b", "marker": "v"},
-    "modserve": {"color": "#9467bd", "marker": "D"},
-    "dynamo": {"color": "#7f7f7f", "marker": "P"},
-    "rserve": {"color": "#2ca02c", "marker": "*"},
-    "rserve-intra": {"color": "#bcbd22", "marker": "X"},
-    "rps-serve": {"color": "#d62728", "marker": "h"},
-    "easerve": {"color": "#e377c2", "marker": "p"},
-}
-
-#: Colours for systems not in :data:`SYSTEM_STYLES` (dark tones of tab20b/Dark2, none equal to the above).
-FALLBACK_COLORS: tuple[str, ...] = (
-    "#393b79",
-    "#637939",
-    "#8c6d31",
-    "#843c39",
-    "#7b4173",
-    "#1b9e77",
-    "#d95f02",
-    "#7570b3",
-    "#e7298a",
-    "#66a61e",
-    "#e6ab02",
-    "#a6761d",
-)
-FALLBACK_MARKERS: tuple[str, ...] = ("<", ">", "d", "H", "8", "1", "2", "3", "4", "+", "x")
-
-#: Colour per request modality.
-MODALITY_COLORS: dict[str, str] = {
-    "text": "#4c72b0",
-    "image": "#dd8452",
-    "video": "#55a868",
-    "audio": "#c44e52",
-}
-MIXED_COLOR = "#8172b3"  # anything else (e.g. a request mixing modalities)
 
 #: rcParams for one-column paper figures.
 RC_PARAMS: dict[str, object] = {
@@ -101,34 +75,9 @@ RC_PARAMS: dict[str, object] = {
     "pdf.fonttype": 42,  # TrueType in PDFs (editable text; accepted by paper checkers)
     "ps.fonttype": 42,
     "svg.hashsalt": "lmmsim",
+    "svg.fonttype": "none",  # text stays text in SVGs
+    "axes.prop_cycle": cycler(color=list(OKABE_ITO)),
 }
-
-
-def _pick(name: str, options: tuple[str, ...], salt: str) -> str:
-    digest = hashlib.sha256(f"{salt}:{name}".encode()).digest()
-    return options[int.from_bytes(digest[:8], "big") % len(options)]
-
-
-def system_color(name: str) -> str:
-    """Hex colour of system ``name`` (fixed for known systems, hash-picked otherwise)."""
-    style = SYSTEM_STYLES.get(name)
-    return style["color"] if style else _pick(name, FALLBACK_COLORS, "color")
-
-
-def system_marker(name: str) -> str:
-    """Marker of system ``name`` (fixed for known systems, hash-picked otherwise)."""
-    style = SYSTEM_STYLES.get(name)
-    return style["marker"] if style else _pick(name, FALLBACK_MARKERS, "marker")
-
-
-def system_style(name: str) -> dict[str, str]:
-    """``{"color", "marker", "label"}`` for ``ax.plot(..., **system_style(name))``."""
-    return {"color": system_color(name), "marker": system_marker(name), "label": name}
-
-
-def modality_color(modality: str) -> str:
-    """Colour of a modality; unknown or mixed modalities share :data:`MIXED_COLOR`."""
-    return MODALITY_COLORS.get(modality, MIXED_COLOR)
 
 
 @contextlib.contextmanager
@@ -143,11 +92,36 @@ def new_figure(width_in: float = COLUMN_WIDTH_IN, height_in: float | None = None
     return Figure(figsize=(width_in, height_in if height_in is not None else width_in * 0.7))
 
 
-_FORMATS = {".png": "png", ".pdf": "pdf"}
+_FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg"}
+#: Suffixes :func:`save` accepts.
+FIGURE_SUFFIXES: tuple[str, ...] = tuple(_FORMATS)
+_METADATA = {"pdf": {"CreationDate": None}, "svg": {"Date": None}}
+
+
+def fit_tick_labels(ax, labels: list[str], *, axis_width_in: float | None = None) -> bool:
+    """Set ``labels`` as the x tick labels, rotated 30 degrees (right-aligned) if they would collide.
+
+    Collision is estimated from the label lengths (about 0.6 em per character at
+    the tick font size) against the width per tick. Returns whether it rotated.
+    """
+    labels = [str(t) for t in labels]
+    if axis_width_in is None:
+        axis_width_in = ax.figure.get_figwidth() * 0.85
+    size = mpl.font_manager.FontProperties(size=mpl.rcParams["xtick.labelsize"]).get_size_in_points()
+    widest = max((len(t) for t in labels), default=0) * 0.6 * size / 72.0
+    slot = axis_width_in / max(len(labels), 1)
+    ax.set_xticks(range(len(labels)), labels)
+    rotate = widest > 0.9 * slot and len(labels) > 1
+    if rotate:
+        for text in ax.get_xticklabels():
+            text.set_rotation(30)
+            text.set_horizontalalignment("right")
+            text.set_rotation_mode("anchor")
+    return rotate
 
 
 def save(fig: Figure, path: Path, *, force: bool = False) -> Path:
-    """Write ``fig`` to ``path`` (``.png`` at 200 dpi or ``.pdf``); returns the path.
+    """Write ``fig`` to ``path`` (``.png`` at 200 dpi, ``.pdf`` or ``.svg``); returns the path.
 
     Creates the parent folder. Raises ``FileExistsError`` if ``path`` exists and
     ``force`` is false, ``ValueError`` for another suffix.
@@ -155,11 +129,11 @@ def save(fig: Figure, path: Path, *, force: bool = False) -> Path:
     path = Path(path)
     fmt = _FORMATS.get(path.suffix.lower())
     if fmt is None:
-        raise ValueError(f"cannot save a figure as {path.suffix or 'no suffix'!r}; use .png or .pdf")
+        raise ValueError(f"cannot save a figure as {path.suffix or 'no suffix'!r}; use .png, .pdf or .svg")
     if path.exists() and not force:
         raise FileExistsError(f"{path} exists; pass force=True to overwrite")
     path.parent.mkdir(parents=True, exist_ok=True)
-    metadata = {"CreationDate": None} if fmt == "pdf" else None
-    with mpl.rc_context({"pdf.fonttype": 42}):  # TrueType in every PDF, styled or not
-        fig.savefig(path, format=fmt, dpi=PNG_DPI, metadata=metadata, bbox_inches="tight", pad_inches=0.02)
+    with mpl.rc_context({"pdf.fonttype": 42, "svg.hashsalt": "lmmsim"}):  # TrueType PDFs, stable SVG ids
+        fig.savefig(path, format=fmt, dpi=PNG_DPI, metadata=_METADATA.get(fmt), bbox_inches="tight",
+                    pad_inches=0.02)
     return path

@@ -42,17 +42,15 @@ from matplotlib.patches import Patch
 from lmmsim.plotting.style import COLUMN_WIDTH_IN, FULL_WIDTH_IN, paper_style, save
 from lmmsim.tracing import order_workers, read_chrome_trace
 
-#: (dark, light) shade pairs, one per shown request, cycling (tab20 without its grey pair).
+#: (dark, light) shade pairs, one per shown request, cycling: Okabe-Ito colours (colour-blind safe,
+#: lmmsim.plotting.palette) and a 55 % tint of each.
 REQUEST_SHADES: tuple[tuple[str, str], ...] = (
-    ("#1f77b4", "#aec7e8"),
-    ("#ff7f0e", "#ffbb78"),
-    ("#2ca02c", "#98df8a"),
-    ("#d62728", "#ff9896"),
-    ("#9467bd", "#c5b0d5"),
-    ("#8c564b", "#c49c94"),
-    ("#e377c2", "#f7b6d2"),
-    ("#bcbd22", "#dbdb8d"),
-    ("#17becf", "#9edae5"),
+    ("#0072B2", "#8cc0dc"),
+    ("#E69F00", "#f4d48c"),
+    ("#009E73", "#8cd3c0"),
+    ("#D55E00", "#ecb78c"),
+    ("#CC79A7", "#e8c3d7"),
+    ("#56B4E9", "#b3ddf5"),
 )
 OTHER_COLOR = "#d9d9d9"
 LIGHT_KINDS = frozenset({"encode", "transfer"})
@@ -205,7 +203,7 @@ def plot_timeline(
 ) -> Path:
     """Read the trace at ``trace_path``, draw the first ``first_n`` requests, save to ``out_path``.
 
-    ``out_path`` ends in ``.png`` or ``.pdf``; an existing file is kept (``FileExistsError``)
+    ``out_path`` ends in ``.png``, ``.pdf`` or ``.svg``; an existing file is kept (``FileExistsError``)
     unless ``force``. Returns ``out_path``.
     """
     out_path = Path(out_path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -13,7 +14,7 @@ from lmmsim.errors import UserError, choices
 from lmmsim.outputs import OutputDir, atomic_path, write_text_atomic
 from lmmsim.reproduce.stats import SeedStats, direction, magnitude_interval, magnitude_misses, magnitude_text
 
-ROOT = Path(__file__).resolve().parent.parent.parent / "scenarios" / "reproduce"
+ROOT = Path(__file__).resolve().parent.parent / "scenarios" / "reproduce"  # package data
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,8 @@ DEFAULT_SEEDS = 5  # seeds per claim in a full run (a quick run: 1, and no verdi
 
 def reproduce(paper: str, out: Path, *, papers: dict, quick: bool = False, jobs: int | None = None,
               force: bool = False, figures: list[str] | None = None, sets: tuple[str, ...] = (),
-              seeds: int | None = None, not_modelled: tuple[NotModelled, ...] = ()) -> Path:
+              seeds: int | None = None, not_modelled: tuple[NotModelled, ...] = (),
+              progress: bool = False) -> Path:
     """Run the paper's figure sweeps into ``out``, draw the plots, write ``REPORT.md``
     (``papers``: paper -> its figures, :data:`lmmsim.reproduce.PAPERS`; ``figures``:
     only these, by name; ``sets``: ``KEY=VALUE`` overrides fixed in every run, for
@@ -114,7 +116,8 @@ def reproduce(paper: str, out: Path, *, papers: dict, quick: bool = False, jobs:
     Every claim is evaluated once per seed and reported with its 95% CI
     (:mod:`lmmsim.reproduce.stats`); a quick run is a smoke test and gives no verdicts.
     ``not_modelled``: the paper's claims the simulator cannot express, listed in a
-    full report of every figure."""
+    full report of every figure. ``progress``: each figure's name and its sweep's progress
+    bar on stderr."""
     if paper not in papers:
         raise UserError("PAPER", f"no reproduction for {paper!r} yet; valid: {choices(papers)}")
     seeds = seeds if seeds is not None else (1 if quick else DEFAULT_SEEDS)
@@ -129,8 +132,10 @@ def reproduce(paper: str, out: Path, *, papers: dict, quick: bool = False, jobs:
                   *(_plot_file(fig.name, kind, opts if [k for k, _ in fig.plots].count(kind) > 1 else {})
                     for fig in chosen for kind, opts in fig.plots))
     rows = []
-    for fig in chosen:
-        ok = _run_figure(paper, fig, out_dir, quick=quick, jobs=jobs, sets=sets, seeds=seeds)
+    for k, fig in enumerate(chosen, 1):
+        if progress:
+            print(f"{paper} {fig.name} (figure {k} of {len(chosen)})", file=sys.stderr, flush=True)
+        ok = _run_figure(paper, fig, out_dir, quick=quick, jobs=jobs, sets=sets, seeds=seeds, progress=progress)
         rows += [(fig.name, claim, seed_stats(claim, ok)) for claim in fig.claims]
     report = out_dir.file("REPORT.md")
     unmodelled = not_modelled if not figures else ()
@@ -149,7 +154,8 @@ def _chosen(paper: str, figures_of_paper: tuple, names: list[str] | None) -> tup
     return tuple(f for f in figures_of_paper if f.name in names)
 
 
-def _run_figure(paper: str, fig: Figure, out_dir, *, quick: bool, jobs, sets, seeds: int) -> pd.DataFrame:
+def _run_figure(paper: str, fig: Figure, out_dir, *, quick: bool, jobs, sets, seeds: int,
+                progress: bool = False) -> pd.DataFrame:
     """Run one figure (its sweep, or its own ``make``), draw its plots; the ok rows."""
     from lmmsim.plotting.figures import plot
     from lmmsim.sweep.runner import run_sweep
@@ -166,7 +172,7 @@ def _run_figure(paper: str, fig: Figure, out_dir, *, quick: bool, jobs, sets, se
     else:
         if quick and fig.quick_set:
             sweep = with_overrides(sweep, out_dir.file(f".{fig.name}.quick.yaml"), fig.quick_set)
-        frame = run_sweep(sweep, folder, jobs=jobs, progress=False)
+        frame = run_sweep(sweep, folder, jobs=jobs, progress=progress)
     ok = frame[frame["status"] == "ok"]
     kinds = [kind for kind, _ in fig.plots]
     for kind, options in fig.plots:

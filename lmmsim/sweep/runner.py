@@ -2,7 +2,7 @@
 
 Layout of ``out``::
 
-    out/runs/<run_id>/      run_id = sha256(resolved scenario YAML)[:16]
+    out/runs/<run_id>/      run_id = sha256(resolved scenario YAML + provenance cache key)[:16]
         requests.parquet, summary.json, scenario.resolved.yaml   (the run contract)
         done.json           written last: swept values, repeat, seed, run_id, wall_s
         error.json          instead, when the run raised: message, traceback
@@ -16,7 +16,10 @@ Resume: a finished run (:func:`inspect_run`: ``done.json`` and the whole
 contract present and readable) is not run again; one holding ``error.json`` is
 not either, unless ``retry_failed``. Anything else (no dir, a dir left by a
 killed run, or a finished one damaged since: said on stderr) runs again from
-an empty dir. Two points resolving to the same scenario share one run.
+an empty dir. Two points resolving to the same scenario share one run. The run id
+also hashes the lmmsim version and the catalog entries and fits the run reads
+(:func:`lmmsim.provenance.cache_key`): when one changes, the run is made again, and
+the sweep says why on stderr (:func:`rerun_reasons`).
 
 ``results.parquet`` columns: the swept keys (dotted; a mapping or list value
 is stored as its JSON text), ``repeat``, ``seed``, ``run_id``, ``status``
@@ -90,8 +93,12 @@ def resolve_point(base_raw: dict, spec: SweepSpec, point: Point):
     return scn
 
 
-def run_id_of(scenario_yaml: str) -> str:
-    return hashlib.sha256(scenario_yaml.encode()).hexdigest()[:16]
+def run_id_of(scenario_yaml: str, key: dict | None = None) -> str:
+    """sha256 of the resolved scenario YAML and (when given) its provenance cache key --
+    lmmsim version and the hashes of the catalog entries and fits it reads
+    (:func:`lmmsim.provenance.cache_key`) -- so a changed catalog or fit is a new run."""
+    text = scenario_yaml if key is None else f"{scenario_yaml}\n# inputs: {json.dumps(key, sort_keys=True)}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 # -------------------------------------------------------------------- results
@@ -223,16 +230,20 @@ def describe_failures(frame: pd.DataFrame, out: Path, shown: int = 3) -> str | N
 
 # ---------------------------------------------------------------------- sweep
 def run_sweep(sweep_path: Path, out: Path, *, jobs: int | None = None, executor: str = "local",
-              address: str | None = None, retry_failed: bool = False, progress: bool = True) -> pd.DataFrame:
+              address: str | None = None, retry_failed: bool = False, progress: bool = True,
+              spec: SweepSpec | None = None) -> pd.DataFrame:
     """Run every point of the sweep at ``sweep_path`` not yet finished under ``out``;
-    write and return the results table (see the module docstring)."""
-    sweep_path, out = Path(sweep_path), Path(out)
-    spec = load_sweep(sweep_path)
+    write and return the results table (see the module docstring). ``spec``: an
+    already-parsed sweep (the Python API); ``sweep_path`` then only anchors its relative paths."""
+    # Absolute before anything is dispatched: a dask worker's working directory is not ours,
+    # so a relative run folder would be written (or looked for) somewhere else.
+    sweep_path, out = Path(sweep_path).resolve(), Path(out).resolve()
+    spec = load_sweep(sweep_path) if spec is None else spec
     base_raw, base_dir = _base(spec, sweep_path)
     folder = OutputDir(out, resume=True)
     folder.check("runs/", "results.parquet")  # a user's file of either name: stop before any work
 
-    resolved, invalid = _resolve_all(base_raw, spec)
+    resolved, invalid = _resolve_all(base_raw, spec, base_dir)
     if resolved and all(r.scenario_yaml is None for r in resolved):
         raise next(iter(invalid.values()))[1]  # nothing valid at all: most likely a typo in a key, say so
     runs_dir = folder.folder("runs")
@@ -242,6 +253,8 @@ def run_sweep(sweep_path: Path, out: Path, *, jobs: int | None = None, executor:
             record_failure(runs_dir / run_id, task, f"invalid scenario: {exc}", "")
 
     tasks = _tasks_to_run(resolved, runs_dir, base_dir, retry_failed)
+    for line in rerun_reasons(tasks, runs_dir, {r.run_id for r in resolved}):
+        print(f"sweep: {line}", file=sys.stderr)
     _execute_with_progress(tasks, executor, jobs, address, progress)
 
     swept_keys = spec.swept_keys()
@@ -253,17 +266,36 @@ def run_sweep(sweep_path: Path, out: Path, *, jobs: int | None = None, executor:
 
 
 class _Resolved(NamedTuple):
-    """One point x repeat: its run id and seed; ``scenario_yaml`` is None when invalid."""
+    """One point x repeat: its run id and seed; ``scenario_yaml`` is None when invalid.
+    ``key``: its provenance cache key (:func:`lmmsim.provenance.cache_key`)."""
 
     point: Point
     seed: int
     run_id: str
     scenario_yaml: str | None
+    key: dict | None = None
 
 
-def _resolve_all(base_raw: dict, spec: SweepSpec) -> tuple[list[_Resolved], dict[str, tuple[dict, UserError]]]:
+def _keyer(base_dir: Path):
+    """``cache_key`` of a scenario, computed once per (GPU, model, cost model, host profile)."""
+    from lmmsim.provenance import cache_key
+
+    memo: dict[tuple, dict] = {}
+
+    def key_of(scn) -> dict:
+        which = (scn.hardware.gpu, scn.model, scn.hardware.cost_model, scn.host.profile)
+        if which not in memo:
+            memo[which] = cache_key(scn, base_dir)
+        return memo[which]
+
+    return key_of
+
+
+def _resolve_all(base_raw: dict, spec: SweepSpec,
+                 base_dir: Path) -> tuple[list[_Resolved], dict[str, tuple[dict, UserError]]]:
     """Resolve every point (cheap, writes nothing). Returns them in point order, and the
     invalid ones by run id with the task record for their error.json and the error."""
+    key_of = _keyer(base_dir)
     resolved: list[_Resolved] = []
     invalid: dict[str, tuple[dict, UserError]] = {}
     for point in expand(spec):
@@ -278,8 +310,8 @@ def _resolve_all(base_raw: dict, spec: SweepSpec) -> tuple[list[_Resolved], dict
             invalid[run_id] = ({"run_id": run_id, "meta": {**meta, "seed": None}}, exc)
             resolved.append(_Resolved(point, seed, run_id, None))
             continue
-        text = dump_scenario(scn)
-        resolved.append(_Resolved(point, scn.seed, run_id_of(text), text))
+        text, key = dump_scenario(scn), key_of(scn)
+        resolved.append(_Resolved(point, scn.seed, run_id_of(text, key), text, key))
     return resolved, invalid
 
 
@@ -298,10 +330,39 @@ def _tasks_to_run(resolved: list[_Resolved], runs_dir: Path, base_dir: Path, ret
             print(f"sweep: {run_dir}: {state.damage}; running it again", file=sys.stderr)
         elif (run_dir / ERROR).exists() and not retry_failed:
             continue
+        # scenario_id (the scenario alone) and cache_key go into done.json: a later sweep
+        # finding this scenario under another run id can say what changed
         tasks[r.run_id] = {"scenario_yaml": r.scenario_yaml, "base_dir": str(base_dir), "run_dir": str(run_dir),
                            "run_id": r.run_id, "meta": {"swept": r.point.overrides, "repeat": r.point.repeat,
-                                                        "seed": r.seed}}
+                                                        "seed": r.seed, "scenario_id": run_id_of(r.scenario_yaml),
+                                                        "cache_key": r.key}}
     return list(tasks.values())
+
+
+def rerun_reasons(tasks: list[dict], runs_dir: Path, current: set[str] = frozenset()) -> list[str]:
+    """Lines saying why runs whose scenario already ran under another run id are run
+    again (the lmmsim version, a catalog entry or fit changed since), one per reason.
+    A run made before run ids held the inputs is found by its id, the scenario's hash.
+    ``current``: the sweep's own run ids (not read: none is an earlier version of another)."""
+    if not tasks or not runs_dir.is_dir():
+        return []
+    mine = {t["run_id"] for t in tasks} | set(current)
+    earlier: dict[str, dict | None] = {}
+    for run_dir in sorted(runs_dir.iterdir()):
+        if run_dir.name in mine or not (run_dir / DONE).is_file():
+            continue
+        done, _ = _json_object(run_dir / DONE)
+        if done is not None:
+            earlier[done.get("scenario_id", run_dir.name)] = done.get("cache_key")
+    counts: dict[str, int] = {}
+    for task in tasks:
+        scenario_id = task["meta"]["scenario_id"]
+        if scenario_id in earlier:
+            from lmmsim.provenance import changes
+
+            reason = "; ".join(changes(earlier[scenario_id], task["meta"]["cache_key"])) or "inputs changed"
+            counts[reason] = counts.get(reason, 0) + 1
+    return [f"rerunning {n} run{'s' if n > 1 else ''} already made: {reason}" for reason, n in counts.items()]
 
 
 def _execute_with_progress(tasks, executor, jobs, address, progress) -> None:

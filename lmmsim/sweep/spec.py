@@ -49,7 +49,7 @@ from typing import Annotated, Any, Literal, NamedTuple, Union
 from pydantic import (BaseModel, ConfigDict, Discriminator, Field, NonNegativeInt, PositiveInt, Tag,
                       ValidationError, field_validator, model_validator)
 
-from lmmsim.errors import UserError
+from lmmsim.errors import UserError, choices
 from lmmsim.yamlio import read_yaml
 
 
@@ -264,7 +264,10 @@ def expand(spec: SweepSpec) -> list[Point]:
 
 
 def _error_key(loc: tuple) -> str:
-    parts = [str(p) for p in loc if p not in ("grid", "zip", "random", "RangeParam", "ChoiceParam")]
+    # pydantic puts the union's tags (an axis's kind, a parameter's class) in the location;
+    # they are not keys of the file -- but at the top level a "grid" is the user's key
+    tags = ("grid", "zip", "random", "RangeParam", "ChoiceParam")
+    parts = [str(p) for i, p in enumerate(loc) if i == 0 or p not in tags]
     return ".".join(parts)
 
 
@@ -279,6 +282,8 @@ def parse_sweep(raw, where: str = "sweep") -> SweepSpec:
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = f"unknown key {key.rsplit('.', 1)[-1]!r}"
+            if len(err["loc"]) == 1:
+                msg += f"; valid: {choices(SweepSpec.model_fields)}"
         raise UserError(f"{where}: {key}" if key else where, msg) from None
 
 

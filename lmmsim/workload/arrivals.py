@@ -6,7 +6,8 @@ inter-arrival gaps); :meth:`times` returns absolute arrival times in seconds
 with the first arrival one gap after t = 0 (not at t = 0), so a process's rate
 is the same over every window, including the first. ``trace`` replays
 timestamps from a file and is handled by the generator via
-:func:`lmmsim.workload.trace.read_trace`.
+:func:`lmmsim.workload.trace_formats.read_any_trace`; ``closed_loop`` sends
+each request when a user's previous one ends, so its times come from the run.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Annotated, Literal, Union
 import numpy as np
 from pydantic import Field
 
-from lmmsim.workload.distributions import PositiveNumber, StrictModel
+from lmmsim.workload.distributions import NonNegativeNumber, PositiveCount, PositiveNumber, StrictModel
 
 
 class _Renewal(StrictModel):
@@ -100,19 +101,56 @@ class DeterministicArrival(_Renewal):
         return out
 
 
-class TraceArrival(StrictModel):
-    """Replay a trace file (``.jsonl`` or ``.csv``): timestamps and request contents.
+class TraceImage(StrictModel):
+    """The resolution each image of an Azure multimodal trace row (``NumImages``) gets."""
 
-    ``path`` is relative to the scenario's folder; timestamps are divided by
-    ``speedup`` (2.0 replays twice as fast). See :mod:`lmmsim.workload.trace`.
+    width: PositiveCount
+    height: PositiveCount
+
+
+class TraceArrival(StrictModel):
+    """Replay a trace file (``.jsonl`` or ``.csv``, optionally ``.gz``): timestamps and request contents.
+
+    ``path`` is relative to the scenario's folder. ``format``: ``lmmsim``,
+    ``azure``, ``mooncake`` or ``burstgpt`` (omitted: detected from the file).
+    Rows with trace time in ``[start_s, start_s + duration_s)`` are kept and
+    arrive at ``(time - start_s) / speedup`` (2.0 replays twice as fast);
+    ``image`` sizes Azure's ``NumImages``. See :mod:`lmmsim.workload.trace_formats`.
     """
 
     kind: Literal["trace"] = "trace"
     path: str = Field(min_length=1)
+    format: Literal["lmmsim", "azure", "mooncake", "burstgpt"] | None = None
     speedup: PositiveNumber = 1.0
+    start_s: NonNegativeNumber = 0.0
+    duration_s: PositiveNumber | None = None
+    image: TraceImage | None = None
+
+
+class ClosedLoopArrival(StrictModel):
+    """Closed-loop load: ``concurrency`` users, each sending its next request
+    ``think_time_s`` after its previous one ended (finished or refused).
+
+    vLLM's ``--max-concurrency`` and GuideLLM's ``concurrent`` profile with
+    ``think_time_s: 0``. All users send their first request at t = 0.
+    ``think_time: exponential`` draws each pause with mean ``think_time_s`` from
+    the scenario seed. Arrival times are decided during the run
+    (:mod:`lmmsim.engine.closed_loop`); the run stops after ``num_requests``.
+    """
+
+    kind: Literal["closed_loop"] = "closed_loop"
+    concurrency: PositiveCount
+    think_time_s: NonNegativeNumber = 0.0
+    think_time: Literal["fixed", "exponential"] = "fixed"
+
+    def think_times(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` pauses, in the order users take them."""
+        if self.think_time == "fixed" or self.think_time_s == 0:
+            return np.full(n, float(self.think_time_s))
+        return rng.exponential(self.think_time_s, size=n)
 
 
 ArrivalProcess = Annotated[
-    Union[PoissonArrival, GammaArrival, DeterministicArrival, TraceArrival],
+    Union[PoissonArrival, GammaArrival, DeterministicArrival, TraceArrival, ClosedLoopArrival],
     Field(discriminator="kind"),
 ]

@@ -15,6 +15,7 @@ from pydantic_core import PydanticCustomError
 
 from lmmsim.workload.arrivals import (
     ArrivalProcess,
+    ClosedLoopArrival,
     DeterministicArrival,
     GammaArrival,
     PoissonArrival,
@@ -36,6 +37,7 @@ from lmmsim.workload.reuse import ReuseConfig
 __all__ = [
     "ArrivalProcess",
     "AudioSpec",
+    "ClosedLoopArrival",
     "DeterministicArrival",
     "EmpiricalDist",
     "FixedDist",
@@ -123,6 +125,7 @@ class WorkloadConfig(StrictModel):
     and ``duration_s`` (generate arrivals before that time). A ``trace``
     arrival takes the requests from its file: ``mix`` stays empty, and
     ``num_requests`` / ``duration_s`` optionally cap how much of it is replayed.
+    A ``closed_loop`` arrival needs ``num_requests``; its times come from the run.
     ``reuse`` repeats media items (:mod:`lmmsim.workload.reuse`) in every class that
     sets none of its own; off by default.
     """
@@ -174,6 +177,11 @@ class WorkloadConfig(StrictModel):
     @model_validator(mode="after")
     def _check_size(self):
         if isinstance(self.arrival, TraceArrival):
+            return self
+        if isinstance(self.arrival, ClosedLoopArrival):
+            if self.num_requests is None or self.duration_s is not None:
+                raise _error("a closed_loop arrival needs num_requests (and no duration_s): its users stop "
+                             "after that many requests")
             return self
         if self.num_requests is None and self.duration_s is None:
             raise _error("give one of num_requests or duration_s")

@@ -21,11 +21,12 @@ from pathlib import Path
 import numpy as np
 
 from lmmsim.errors import UserError
-from lmmsim.workload.arrivals import TraceArrival
+from lmmsim.workload.arrivals import ClosedLoopArrival, TraceArrival
 from lmmsim.workload.config import MixClass, WorkloadConfig
 from lmmsim.workload.request import MediaItem, Request, build_segments, prompt_parts, request_modality
 from lmmsim.workload.reuse import apply_reuse
-from lmmsim.workload.trace import MediaFactory, read_trace
+from lmmsim.workload.trace import MediaFactory
+from lmmsim.workload.trace_formats import read_any_trace
 
 #: Independent random streams, in spawn order (append only: reordering changes every run;
 #: a SeedSequence's children do not depend on how many are spawned).
@@ -53,7 +54,10 @@ def generate_requests(cfg: WorkloadConfig, model, seed: int, base_dir: Path = Pa
 
     seeds = dict(zip(STREAMS, np.random.SeedSequence(seed).spawn(len(STREAMS))))
     rngs = {name: np.random.default_rng(s) for name, s in seeds.items()}
-    times = cfg.arrival.times(rngs["arrivals"], cfg.num_requests, cfg.duration_s)
+    if isinstance(cfg.arrival, ClosedLoopArrival):  # sent during the run (lmmsim.engine.closed_loop)
+        times = np.zeros(int(cfg.num_requests))
+    else:
+        times = cfg.arrival.times(rngs["arrivals"], cfg.num_requests, cfg.duration_s)
     n = len(times)
     factory = MediaFactory(model)
 
@@ -141,9 +145,20 @@ def _rekey(key: str):
         raise UserError(key, exc.message) from None
 
 
+def think_times(cfg: WorkloadConfig, seed: int):
+    """A closed-loop workload's pauses (one per request, in the order users take them), drawn
+    from the ``arrivals`` stream; None for any other arrival."""
+    if not isinstance(cfg.arrival, ClosedLoopArrival):
+        return None
+    rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(len(STREAMS))[0])
+    return cfg.arrival.think_times(rng, int(cfg.num_requests)).tolist()
+
+
 def _replay_trace(cfg: WorkloadConfig, model, base_dir: Path) -> list[Request]:
-    arrival = cfg.arrival
-    requests = read_trace(base_dir / arrival.path, model, speedup=arrival.speedup, limit=cfg.num_requests)
+    a = cfg.arrival
+    image = (a.image.width, a.image.height) if a.image is not None else None
+    requests = read_any_trace(base_dir / a.path, model, fmt=a.format, speedup=a.speedup, start_s=a.start_s,
+                              duration_s=a.duration_s, image=image, limit=cfg.num_requests)
     if cfg.duration_s is not None:
         # Timestamps are non-decreasing, so this keeps a prefix and ids stay 0..n-1.
         requests = [r for r in requests if r.arrived_at < cfg.duration_s]

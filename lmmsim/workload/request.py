@@ -67,6 +67,9 @@ class Request:
 
     ``modality`` is the request's class modality (the richest medium it carries:
     video > image > audio > text); ``class_name`` the workload mix class.
+    ``prefix_hash_ids``: the trace's prefix-block hashes (Mooncake's ``hash_ids``,
+    one per 512-token block; equal ids are a shared KV prefix), kept for a prefix
+    cache; no engine reads them yet.
     """
 
     request_id: int
@@ -78,6 +81,7 @@ class Request:
     num_prompt_tokens: int = field(init=False)
     num_mm_tokens: int = field(init=False)
     media_segments: tuple[PromptSegment, ...] = field(init=False)
+    prefix_hash_ids: tuple = ()
 
     def __post_init__(self) -> None:
         pos = 0

@@ -31,6 +31,8 @@ modality       text | image | video | audio; must match the media (video >
                image > audio > text); derived when absent
 class_name     default ``"trace"``
 layout         ``media_first`` (default), ``text_first`` or ``interleaved``
+hash_ids       optional list of integers: prefix-block hashes (Mooncake's),
+               kept on the request (``prefix_hash_ids``); written only when set
 =============  ==================================================================
 
 Requests are numbered 0, 1, ... in file order. Every problem in a row raises
@@ -52,6 +54,7 @@ from lmmsim.workload.request import MODALITIES, MediaItem, Request, build_segmen
 
 FIELDS = ("timestamp", "modality", "text_tokens", "media", "output_tokens", "class_name", "layout")
 REQUIRED = ("timestamp", "text_tokens", "output_tokens")
+OPTIONAL = ("hash_ids",)  # read when present, written only when a request has them
 LAYOUTS = ("media_first", "text_first", "interleaved")
 DEFAULT_CLASS = "trace"
 
@@ -213,9 +216,9 @@ def _build_request(row: dict, request_id: int, speedup: float, factory: MediaFac
                    ids: dict) -> tuple[float, Request]:
     """Validate one row (a field -> value dict, CSV strings or JSON values); ``ids``
     maps the media ids seen so far to their shapes."""
-    unknown = [k for k in row if k not in FIELDS]
+    unknown = [k for k in row if k not in FIELDS and k not in OPTIONAL]
     if unknown:
-        raise _RowError(f"unknown field {unknown[0]!r} (fields: {choices(FIELDS)})")
+        raise _RowError(f"unknown field {unknown[0]!r} (fields: {choices(FIELDS + OPTIONAL)})")
     for name in REQUIRED:
         if row.get(name) in (None, ""):
             raise _RowError(f"missing {name}")
@@ -245,12 +248,27 @@ def _build_request(row: dict, request_id: int, speedup: float, factory: MediaFac
     segments = build_segments(parts)
     if not segments:
         raise _RowError("empty prompt: text_tokens is 0 and there is no media")
-    request = Request(request_id, timestamp / speedup, modality, class_name, segments, output_tokens)
+    request = Request(request_id, timestamp / speedup, modality, class_name, segments, output_tokens,
+                      prefix_hash_ids=_hash_ids(row.get("hash_ids")))
     return timestamp, request
 
 
-def _jsonl_rows(fh):
-    """Yield (line number, field dict) for each non-blank line."""
+def _hash_ids(value) -> tuple:
+    if value is None or value == "":
+        return ()
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise _RowError(f"hash_ids: expected a JSON list of integers, got {value!r}") from None
+    if not isinstance(value, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in value):
+        raise _RowError(f"hash_ids: expected a list of integers, got {value!r}")
+    return tuple(value)
+
+
+def _jsonl_rows(fh, fields: tuple[tuple, tuple] | None = None):
+    """Yield (line number, field dict) for each non-blank line; with ``fields`` = (required,
+    optional) a row must hold every required field and no other (the public trace readers)."""
     for line_no, line in enumerate(fh, start=1):
         if not line.strip():
             continue
@@ -262,22 +280,32 @@ def _jsonl_rows(fh):
         if not isinstance(row, dict):
             yield line_no, _RowError("expected a JSON object {...}")
             continue
+        if fields is not None:
+            required, optional = fields
+            unknown = [k for k in row if k not in required + optional]
+            missing = [k for k in required if k not in row]
+            if unknown or missing:
+                yield line_no, _RowError(f"unknown field {unknown[0]!r}" if unknown else f"missing field {missing[0]!r}")
+                continue
         yield line_no, row
 
 
-def _csv_rows(fh):
-    """Yield (line number, field dict) for each non-blank row after the header."""
+def _csv_rows(fh, required: tuple | None = None, allowed: tuple | None = None):
+    """Yield (line number, field dict) for each non-blank row after the header, whose columns
+    must hold ``required`` and nothing outside ``allowed`` (default: lmmsim's own trace)."""
+    required = REQUIRED if required is None else required
+    allowed = FIELDS + OPTIONAL if allowed is None else allowed
     reader = csv.reader(fh)
     header = next(reader, None)
     if header is None:
         yield 1, _RowError("empty file: expected a header row")
         return
     header = [h.strip() for h in header]
-    bad = [h for h in header if h not in FIELDS]
+    bad = [h for h in header if h not in allowed]
     if bad:
-        yield 1, _RowError(f"unknown column {bad[0]!r} (columns: {choices(FIELDS)})")
+        yield 1, _RowError(f"unknown column {bad[0]!r} (columns: {choices(allowed)})")
         return
-    missing = [h for h in REQUIRED if h not in header]
+    missing = [h for h in required if h not in header]
     if missing:
         yield 1, _RowError(f"missing column {missing[0]!r}")
         return
@@ -353,7 +381,7 @@ def _layout(request: Request) -> str:
 
 
 def _row(request: Request) -> dict:
-    return {
+    row = {
         "timestamp": float(request.arrived_at),
         "modality": request.modality,
         "text_tokens": request.num_text_tokens,
@@ -362,6 +390,9 @@ def _row(request: Request) -> dict:
         "class_name": request.class_name,
         "layout": _layout(request),
     }
+    if request.prefix_hash_ids:
+        row["hash_ids"] = list(request.prefix_hash_ids)
+    return row
 
 
 def write_trace(requests: list[Request], path: Path) -> None:
@@ -377,9 +408,15 @@ def write_trace(requests: list[Request], path: Path) -> None:
             for row in rows:
                 fh.write(json.dumps(row) + "\n")
         else:
+            columns = FIELDS + (OPTIONAL if any("hash_ids" in row for row in rows) else ())
             writer = csv.writer(fh, lineterminator="\n")
-            writer.writerow(FIELDS)
+            writer.writerow(columns)
             for row in rows:
                 media = json.dumps(row["media"], separators=(",", ":")) if row["media"] else ""
-                cells = {**row, "timestamp": repr(row["timestamp"]), "media": media}
-                writer.writerow([cells[f] for f in FIELDS])
+                ids = json.dumps(row.get("hash_ids", []), separators=(",", ":")) if row.get("hash_ids") else ""
+                cells = {**row, "timestamp": repr(row["timestamp"]), "media": media, "hash_ids": ids}
+                writer.writerow([cells[f] for f in columns])
+
+
+# The row readers and their error, shared with the public-trace readers (trace_formats.py).
+RowError, jsonl_rows, csv_rows = _RowError, _jsonl_rows, _csv_rows
