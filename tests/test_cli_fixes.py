@@ -64,3 +64,14 @@ def test_completion_script_lists_every_subcommand_and_its_options(capsys, tmp_pa
         out = subprocess.run(["bash", "-c", f"source {tmp_path / 'c.sh'}; COMP_WORDS=(lmmsim repr); COMP_CWORD=1; "
                               "_lmmsim; echo ${COMPREPLY[@]}"], capture_output=True, text=True, check=True).stdout
         assert out.split() == ["reproduce"]
+
+
+def test_search_prints_a_progress_line_per_trial_unless_quiet(tmp_path, capsys):
+    pytest.importorskip("optuna")
+    scenario = str(QUICKSTART.parent / "reproduce" / "easerve" / "image-llava34b.yaml")
+    args = ["search", scenario, "--rate", "4", "--budget", "2", "--trial-requests", "40"]
+    assert main([*args, "-o", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    assert "trial 1/2:" in out and "trial 2/2:" in out and "ETA" in out
+    assert main([*args, "-o", str(tmp_path / "b"), "-q"]) == 0
+    assert "trial 1/2" not in capsys.readouterr().out

@@ -125,6 +125,25 @@ def _prune_for_has(problem: Problem, feasible: list[Allocation], caps: Capacitie
     return pr.kept
 
 
+def _progress(log, budget: int, t0: float):
+    """A trial's progress line: trials done of the budget, its result, the best so far, the
+    wall time and an estimate of what is left (at the mean wall time per trial so far)."""
+    best = -1.0
+
+    def line(row: dict) -> None:
+        nonlocal best
+        done = row["trial"] + 1
+        tput = row["throughput_rps"]
+        if tput == tput and tput is not None:
+            best = max(best, tput)
+        elapsed = time.perf_counter() - t0
+        eta = elapsed / done * (budget - done)
+        log(f"  trial {done}/{budget}: {row['alloc']} B={row['batch_bound']} s={row['offload_s']:.2f} -> "
+            f"{tput:.3f} req/s{' (cached)' if row['cached'] else ''}; best {best:.3f}; "
+            f"{elapsed:.0f} s, ETA <= {eta:.0f} s")  # at most: a stopping rule may end sooner
+    return line
+
+
 def _result(problem: Problem, method: str, rec: TrialRecorder, reason: str, summary: dict, t0: float
             ) -> SearchResult:
     """The best trial (:func:`best_index`), its scenario, and the summary's closing fields."""
@@ -167,7 +186,8 @@ def search(problem: Problem, *, method: str = "has", budget: int = DEFAULT_BUDGE
     else:
         role_tps = usable_tps(problem, tp_choices)
     feasible = _feasible_allocations(problem, role_tps, summary)
-    rec = TrialRecorder(method, TIE_TOLERANCE * problem.rate, start_cost, problem.deploy_s)
+    rec = TrialRecorder(method, TIE_TOLERANCE * problem.rate, start_cost, problem.deploy_s,
+                        on_trial=_progress(log, budget, time.perf_counter()))
     with Evaluator(problem, jobs, executor, address) as evaluator:
         if method == "has":
             kept = _prune_for_has(problem, feasible, caps, summary, log, factor=factor, top_k=top_k,

@@ -95,7 +95,9 @@ class TrialRecorder:
     """Appends one history row per trial (:data:`HISTORY_COLUMNS`) and adds up ``cost``
     (seconds of simulated search cost; see the module docstring)."""
 
-    def __init__(self, method: str, quantum: float, start_cost: float = 0.0, deploy_s: float = 0.0):
+    def __init__(self, method: str, quantum: float, start_cost: float = 0.0, deploy_s: float = 0.0,
+                 on_trial=None):
+        self.on_trial = on_trial  # called with each new row (progress lines)
         self.method = method
         self.deploy_s = deploy_s
         self.quantum = quantum
@@ -116,5 +118,7 @@ class TrialRecorder:
                "sim_duration_s": sim, "cum_sim_cost_s": self.cost, "wall_s": 0.0 if cached else metrics["wall_s"],
                "cached": cached, "status": metrics["status"], "error": metrics["error"]}
         self.rows.append(row)
+        if self.on_trial is not None:
+            self.on_trial(row)
         return row
 
