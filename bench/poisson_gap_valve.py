@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 
 import yaml
+from easerve_host import report_column  # bench/, on the path when run as a script
 
 from lmmsim.policies.encode_dispatch import VALVE_S, PoissonGapDispatcher
 from lmmsim.results import run_scenario
@@ -79,11 +80,12 @@ def part2(seeds: int, jobs: int) -> None:
             PoissonGapDispatcher.valve_s = (lambda self, r, v=valve: v)
             report = reproduce("easerve", Path(tmp) / f"valve-{valve}", figures=list(CLAIM_FIGURES), seeds=seeds,
                                jobs=jobs, force=True)
-            for line in report.read_text().splitlines():
-                cells = [c.strip() for c in line.split("|")]
-                if len(cells) > 5 and cells[1] in CLAIM_FIGURES:
-                    table.setdefault(f"{cells[1]} | {cells[2]} | {cells[3]}", {})[f"{valve:g} s"] = re.sub(
-                        r" \(n=\d+\)", "", cells[4])
+            text = report.read_text()
+            paper = report_column(text, 2)
+            for (figure, claim), value in report_column(text, 3).items():
+                if figure in CLAIM_FIGURES:
+                    table.setdefault(f"{figure} | {claim} | {paper[figure, claim]}", {})[f"{valve:g} s"] = re.sub(
+                        r" \(n=\d+\)", "", value)
     PoissonGapDispatcher.valve_s = _DEFAULT_VALVE
     cols = [f"{v:g} s" for v in (0.05, 0.5, VALVE_S, 5.0)]
     print(f"| figure | claim | paper | {' | '.join('valve ' + c for c in cols)} |")

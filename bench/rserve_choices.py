@@ -24,26 +24,22 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from lmmsim.reproduce.rserve_metrics import (RATE, TPUT, max_ratio_to_best, mean_abs_change, mean_change,
-                                             plateau_change)
+from lmmsim.reproduce.rserve_metrics import (RATE, TPUT, by_rate, curve_area, label_column, max_ratio_to_best,
+                                             mean_abs_change, mean_change, plateau_change)
 
 PP_SYSTEMS = ("vllm-pp", "gllm", "gllm-epd", "rserve")
 PEAK_TFLOPS = 989.4  # H100 SXM dense BF16 (profiles/gpus/h100-sxm-80gb.yaml)
 LLM_PARAMS = 72.7e9  # Qwen2.5-72B (model card); 80 layers, hidden 8192 (profiles/models/qwen2.5-vl-72b.yaml)
-
-
-def _label(df: pd.DataFrame) -> str:
-    return "name" if "name" in df.columns else "system"
+LLM_GPUS = [f"gpu_utilization.per_gpu.{g}" for g in range(1, 5)]  # PP4 + E1: GPU 0 is the encoder's
 
 
 def _requests(run: Path, figure: str) -> pd.DataFrame:
     """Every request of the figure's runs with its run's system label, rate and seed."""
     res = pd.read_parquet(run / figure / "results.parquet")
     res = res[res["status"] == "ok"]
-    label = _label(res)
+    label = label_column(res)
     parts = []
     for _, row in res.iterrows():
         req = pd.read_parquet(run / figure / "runs" / row["run_id"] / "requests.parquet",
@@ -57,18 +53,13 @@ def _attainment(req: pd.DataFrame, slo: float) -> pd.DataFrame:
     return req.assign(met=met).groupby(["label", "rate"])["met"].mean().unstack(0)
 
 
-def _area(curve: pd.Series) -> float:
-    x, y = curve.index.to_numpy(float), curve.to_numpy(float)
-    return float(np.sum((y[1:] + y[:-1]) / 2 * np.diff(x)))
-
-
 def slo_sensitivity(run: Path, figure: str, fixed: float) -> None:
     req = _requests(run, figure)
     low = req[(req["label"] == "gllm-epd") & (req["rate"] == req["rate"].min())]["ttft_s"].mean()
     for slo in sorted({fixed, *(k * low for k in (1.25, 1.5, 2.0, 3.0, 5.0))}):
         att = _attainment(req, slo)
         gap = att["rserve"].mean() - att["gllm-epd"].mean()
-        area = _area(att["rserve"]) / _area(att["gllm-epd"]) - 1
+        area = curve_area(att["rserve"]) / curve_area(att["gllm-epd"]) - 1
         tag = " (the reproduction's)" if slo == fixed else f" ({slo / low:.2f}x gLLM-epd's lowest-rate TTFT)"
         print(f"  {figure} SLO {slo:.2f} s{tag}: mean attainment RServe - gLLM-epd {gap:+.3f}, "
               f"area {area:+.1%}")
@@ -90,31 +81,30 @@ def rate_grid(run: Path, figure: str) -> None:
 def throughput_curves(run: Path, figure: str, systems: tuple[str, ...]) -> None:
     """Input throughput per rate: where each system's plateau begins on the grid."""
     res = pd.read_parquet(run / figure / "results.parquet")
-    label = _label(res)
     for system in systems:
-        curve = res[res[label] == system].groupby(RATE)[TPUT].mean()
+        curve = by_rate(res, system, TPUT)
         print(f"  {figure} {system}: " + ", ".join(f"{r:g}/s {t:.0f}" for r, t in curve.items()))
 
 
 def epd_throughput(run: Path, figure: str) -> None:
     res = pd.read_parquet(run / figure / "results.parquet")
-    top = res[(res[RATE] == res[RATE].max()) & (res[_label(res)] == "gllm-epd")]
+    top = res[(res[RATE] == res[RATE].max()) & (res[label_column(res)] == "gllm-epd")]
     enc = top["gpu_utilization.per_gpu.0"].mean()
-    llm = top[[f"gpu_utilization.per_gpu.{g}" for g in range(1, 5)]].mean(axis=1).mean()
+    llm = top[LLM_GPUS].mean(axis=1).mean()
     print(f"  {figure}: gLLM-epd at its top rate: encoder GPU busy {enc:.1%}, LLM GPUs {llm:.1%} -> predicted "
           f"gain {enc / llm:+.1%}; measured plateau gain {plateau_change(res, 'gllm-epd', 'gllm'):+.1%}")
 
 
 def mfu(run: Path, figure: str, paper_tokens_s: float) -> None:
     res = pd.read_parquet(run / figure / "results.parquet")
-    rows = res[res[_label(res)] == "rserve"]
-    by = rows.groupby(RATE)[[TPUT, "num_requests"]].mean()
-    tokens_s = float(by[TPUT].max())
+    rows = res[res[label_column(res)] == "rserve"]
+    by = by_rate(res, "rserve", TPUT)
+    tokens_s = float(by.max())
     prompt = float(pd.read_parquet(run / figure / "runs" / rows["run_id"].iloc[0] / "requests.parquet")
                    ["num_prompt_tokens"].mean())
     # dense FLOPs per prompt token: 2 x parameters, plus attention over half the prompt on average
     per_token = 2 * LLM_PARAMS + 4 * 80 * 8192 * prompt / 2
-    busy = rows[rows[RATE] == by[TPUT].idxmax()][[f"gpu_utilization.per_gpu.{g}" for g in range(1, 5)]]
+    busy = rows[rows[RATE] == by.idxmax()][LLM_GPUS]
     for who, t in (("simulator", tokens_s), ("paper", paper_tokens_s)):
         print(f"  {figure} {who}: RServe plateau {t:.0f} tokens/s = {t * per_token / (4 * PEAK_TFLOPS * 1e12):.0%} "
               "MFU of 4 x H100")
@@ -125,27 +115,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("run", type=Path, help="output folder of lmmsim reproduce rserve")
     args = ap.parse_args()
-    print("SLO sensitivity")
-    for figure, fixed in (("fig12-1k", 10.0), ("fig12-2k", 10.0), ("fig18-1k", 1.4), ("fig18-2k", 2.0)):
-        if (args.run / figure).exists():
-            slo_sensitivity(args.run, figure, fixed)
-    print("Rate grid")
-    for figure in ("fig12-1k", "fig12-2k"):
-        if (args.run / figure).exists():
-            rate_grid(args.run, figure)
-    print("Input throughput (tokens/s) over the rate grid")
-    for figure, systems in (("fig12-1k", ("rserve", "gllm-epd")), ("fig12-2k", ("rserve", "gllm-epd")),
-                            ("fig17", ("rserve", "rserve-intra")), ("fig18-1k", ("gllm", "gllm-epd", "rserve"))):
-        if (args.run / figure).exists():
-            throughput_curves(args.run, figure, systems)
-    print("gLLM-epd's throughput gain from the encoder's share of a stage")
-    for figure in ("fig12-1k", "fig12-2k"):
-        if (args.run / figure).exists():
-            epd_throughput(args.run, figure)
-    print("RServe's plateau as model FLOPs")
-    for figure, paper in (("fig12-1k", 10600), ("fig12-2k", 11100)):
-        if (args.run / figure).exists():
-            mfu(args.run, figure, paper)
+    # (heading, what prints, (figure, its further arguments) per figure)
+    sections = (
+        ("SLO sensitivity", slo_sensitivity,
+         (("fig12-1k", 10.0), ("fig12-2k", 10.0), ("fig18-1k", 1.4), ("fig18-2k", 2.0))),
+        ("Rate grid", rate_grid, (("fig12-1k",), ("fig12-2k",))),
+        ("Input throughput (tokens/s) over the rate grid", throughput_curves,
+         (("fig12-1k", ("rserve", "gllm-epd")), ("fig12-2k", ("rserve", "gllm-epd")),
+          ("fig17", ("rserve", "rserve-intra")), ("fig18-1k", ("gllm", "gllm-epd", "rserve")))),
+        ("gLLM-epd's throughput gain from the encoder's share of a stage", epd_throughput,
+         (("fig12-1k",), ("fig12-2k",))),
+        ("RServe's plateau as model FLOPs", mfu, (("fig12-1k", 10600), ("fig12-2k", 11100))),
+    )
+    for heading, show, cases in sections:
+        print(heading)
+        for figure, *extra in cases:
+            if (args.run / figure).exists():
+                show(args.run, figure, *extra)
 
 
 if __name__ == "__main__":

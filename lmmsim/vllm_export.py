@@ -161,14 +161,10 @@ def export_vllm(run_dir: Path, *, metrics=("ttft", "tpot", "itl"), percentiles=(
         out.update({"input_lens": df["num_prompt_tokens"].astype(int).tolist(),
                     "output_lens": df["num_output_tokens"].where(df["status"].eq("finished"), 0).astype(int).tolist(),
                     "ttfts": df["ttft_s"].where(df["status"].eq("finished"), 0.0).astype(float).tolist(),
-                    "itls": [[] for _ in range(len(df))]})
+                    "itls": [[] for _ in range(len(df))], "start_times": df["arrived_at"].astype(float).tolist(),
+                    "generated_texts": [""] * len(df), "errors": errors.tolist()})
     out["latencies"] = df["e2e_s"].where(df["status"].eq("finished"), 0.0).astype(float).tolist()
-    if detailed:
-        out["start_times"] = df["arrived_at"].astype(float).tolist()
     out["queue_times"] = [0.0] * len(df)
-    if detailed:
-        out["generated_texts"] = [""] * len(df)
-        out["errors"] = errors.tolist()
     out.update({"max_output_tokens_per_s": None, "max_concurrent_requests": _peak_concurrency(df), "rtfx": 0.0})
     itl = summary.get("itl_s") or {}
     for m in metrics:

@@ -208,15 +208,16 @@ class PriorityScheduler(ContinuousBatchingScheduler):
                 i += 1
             r = running[i] if i < len(running) else None
             w = queue.peek() if admit and len(queue) else None
-            head = min((self._key(x) for x in (r, w) if x is not None), default=None)
-            while j < len(decodes) and left > 0 and (head is None or self._key(decodes[j]) < head):
-                if self._unreached.pop(decodes[j].request.request_id, None) is not None:
-                    left -= 1  # this decode is reached: it takes its token
-                j += 1
+            if j < len(decodes) and left > 0:  # "all": pass the decodes ahead of the next candidate
+                head = min((self._key(x) for x in (r, w) if x is not None), default=None)
+                while j < len(decodes) and left > 0 and (head is None or self._key(decodes[j]) < head):
+                    if self._unreached.pop(decodes[j].request.request_id, None) is not None:
+                        left -= 1  # this decode is reached: it takes its token
+                    j += 1
             if left <= 0:
                 exhausted = True
                 break
-            if head is None:
+            if r is None and w is None:
                 break
             items: list = []
             if w is None or (r is not None and self._key(r) <= self._key(w)):
@@ -254,14 +255,15 @@ class PriorityScheduler(ContinuousBatchingScheduler):
         self._resume(w)
         n, enc = self._fit(w, min(w.num_tokens - w.num_scheduled, left), enc_left, items)
         slots = self.num_places_taken - self.max_running + 1
-        took = None
         if n > 0 and self._make_room(w, blocks_for(w.num_scheduled + n, self.block_size), plan, slots):
-            took = (0, 0) if self.queue.peek() is not w else (n, enc) if self._admit(w, n, plan, items) else None
-        if took is None or took == (0, 0):
-            self._unresume(w)
-        else:
-            self.queue.pop()
-        return took
+            if self.queue.peek() is not w:
+                self._unresume(w)
+                return 0, 0
+            if self._admit(w, n, plan, items):
+                self.queue.pop()
+                return n, enc
+        self._unresume(w)
+        return None
 
     def _preempt_unreached(self, running: list, plan: StepPlan) -> None:
         """The token budget ran out: preempt (recompute) the running requests the walk

@@ -92,19 +92,18 @@ class Replica:
                 self._wakeup = None
             now = env.now
             if self.fast_forward and sched.can_fast_forward():
-                counters = engine_counters(sched) if self.step_log is not None else {}
-                steps, end_at, ends = self._plan_stretch(now)
+                steps, end_at, ends, blocks = self._plan_stretch(now)
                 if steps > 1:
+                    counters = engine_counters(sched) if self.step_log is not None else None
                     yield env.timeout_at(end_at)
                     self.num_steps += steps
                     if self.step_log is not None:
                         self.step_log.append(StepRecord(self.name, now, end_at, "decode_run",
                                                         tuple(sched.decoding), len(sched.decoding) * steps, steps,
                                                         **counters))
-                    self._finish_all(sched.advance_decodes(ends))
+                    self._finish_all(sched.advance_decodes(ends, blocks))
                     continue
             plan = sched.schedule(now)
-            counters = engine_counters(sched) if self.step_log is not None else {}
             if plan.is_empty:
                 if plan.preempted:
                     continue  # the step only evicted; admission is allowed on the retry
@@ -120,6 +119,7 @@ class Replica:
                 yield self._wakeup
                 self._wakeup = None
                 continue
+            counters = engine_counters(sched) if self.step_log is not None else None  # as the step starts
             if self.run is None:
                 encode_s = cost.encode_call_s([seg.item.encoder for _, seg in plan.encodes]) if plan.encodes else 0.0
                 step_s = encode_s + cost.llm_step_s(
@@ -147,9 +147,9 @@ class Replica:
             for seq in handoffs:
                 self.on_handoff(seq)
 
-    def _plan_stretch(self, now: float) -> tuple[int, float, list]:
-        """How many decode-only steps can be applied as one event, their end, and
-        each step's end (the token times of the stretch).
+    def _plan_stretch(self, now: float) -> tuple[int, float, list, int]:
+        """How many decode-only steps can be applied as one event, their end,
+        each step's end (the token times of the stretch), and the KV blocks they take.
 
         Sums step durations exactly as stepping would (``t += dt`` in order) and
         adds them to ``busy_s`` likewise.
@@ -179,4 +179,4 @@ class Replica:
             steps += 1
         if steps > 1:
             self.busy_s = busy
-        return steps, t, ends
+        return steps, t, ends, sched.pool.num_free - free

@@ -530,17 +530,17 @@ class ContinuousBatchingScheduler(ChunkMediaFit):
                     self.num_decoding += 1
         return finished
 
-    def advance_decodes(self, ends: list[float]) -> list[SeqState]:
+    def advance_decodes(self, ends: list[float], num_blocks: int) -> list[SeqState]:
         """Apply ``len(ends)`` decode-only steps of slot 0, ended at ``ends``, at once
-        (fast-forward).
+        (fast-forward); ``num_blocks``: the KV blocks they take, the sum of
+        :meth:`decode_blocks_needed` over them (the caller has it from planning the stretch).
 
         Only valid when :meth:`can_fast_forward` held, the KV pool can take the
         stretch's blocks, and no decode finishes before its last step; the
         result then equals stepping one by one.
         """
         cohort = self.cohorts[0]
-        first = cohort.step_no
-        self.pool.allocate(sum(cohort.blocks_needed(first + j) for j in range(len(ends))))
+        self.pool.allocate(num_blocks)
         finished = cohort.advance_many(ends)
         ended_at = ends[-1]
         for seq in finished:

@@ -67,10 +67,15 @@ def mean_slo(df: pd.DataFrame, system: str) -> float:
 def slo_area_change(df: pd.DataFrame, system: str, baseline: str) -> float:
     """Area under SLO attainment vs rate (trapezoids), relative to the baseline's."""
     def area(s):
-        curve = by_rate(df, s, "slo_attainment").sort_index()
-        x, y = curve.index.to_numpy(float), curve.to_numpy(float)
-        return float(np.sum((y[1:] + y[:-1]) / 2 * np.diff(x)))
+        return curve_area(by_rate(df, s, "slo_attainment"))
     return area(system) / area(baseline) - 1
+
+
+def curve_area(curve: pd.Series) -> float:
+    """Area under a curve indexed by rate (trapezoids over the sorted rates)."""
+    curve = curve.sort_index()
+    x, y = curve.index.to_numpy(float), curve.to_numpy(float)
+    return float(np.sum((y[1:] + y[:-1]) / 2 * np.diff(x)))
 
 
 def fraction_better(df: pd.DataFrame, system: str, others: tuple[str, ...]) -> float:

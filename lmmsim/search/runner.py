@@ -139,7 +139,7 @@ def _progress(log, budget: int, t0: float):
         elapsed = time.perf_counter() - t0
         eta = elapsed / done * (budget - done)
         log(f"  trial {done}/{budget}: {row['alloc']} B={row['batch_bound']} s={row['offload_s']:.2f} -> "
-            f"{tput:.3f} req/s{' (cached)' if row['cached'] else ''}; best {best:.3f}; "
+            f"{tput:.3f} req/s{' (cached)' if row['cached'] else ''}; best {f'{best:.3f}' if best >= 0 else '-'}; "
             f"{elapsed:.0f} s, ETA <= {eta:.0f} s")  # at most: a stopping rule may end sooner
     return line
 

@@ -277,13 +277,15 @@ class _Resolved(NamedTuple):
 
 
 def _keyer(base_dir: Path):
-    """``cache_key`` of a scenario, computed once per (GPU, model, cost model, host profile)."""
+    """``cache_key`` of a scenario, computed once per (GPU, model, cost model, host profile,
+    replayed trace) -- the inputs :func:`lmmsim.provenance.inputs` hashes."""
     from lmmsim.provenance import cache_key
 
     memo: dict[tuple, dict] = {}
 
     def key_of(scn) -> dict:
-        which = (scn.hardware.gpu, scn.model, scn.hardware.cost_model, scn.host.profile)
+        which = (scn.hardware.gpu, scn.model, scn.hardware.cost_model, scn.host.profile,
+                 getattr(scn.workload.arrival, "path", None))
         if which not in memo:
             memo[which] = cache_key(scn, base_dir)
         return memo[which]

@@ -52,7 +52,7 @@ def generate_requests(cfg: WorkloadConfig, model, seed: int, base_dir: Path = Pa
     if isinstance(cfg.arrival, TraceArrival):
         return _replay_trace(cfg, model, base_dir)
 
-    seeds = dict(zip(STREAMS, np.random.SeedSequence(seed).spawn(len(STREAMS))))
+    seeds = _stream_seeds(seed)
     rngs = {name: np.random.default_rng(s) for name, s in seeds.items()}
     if isinstance(cfg.arrival, ClosedLoopArrival):  # sent during the run (lmmsim.engine.closed_loop)
         times = np.zeros(int(cfg.num_requests))
@@ -150,8 +150,13 @@ def think_times(cfg: WorkloadConfig, seed: int):
     from the ``arrivals`` stream; None for any other arrival."""
     if not isinstance(cfg.arrival, ClosedLoopArrival):
         return None
-    rng = np.random.default_rng(np.random.SeedSequence(seed).spawn(len(STREAMS))[0])
+    rng = np.random.default_rng(_stream_seeds(seed)["arrivals"])
     return cfg.arrival.think_times(rng, int(cfg.num_requests)).tolist()
+
+
+def _stream_seeds(seed: int) -> dict[str, np.random.SeedSequence]:
+    """The seed of each of :data:`STREAMS`, by name."""
+    return dict(zip(STREAMS, np.random.SeedSequence(seed).spawn(len(STREAMS))))
 
 
 def _replay_trace(cfg: WorkloadConfig, model, base_dir: Path) -> list[Request]:

@@ -418,5 +418,6 @@ def write_trace(requests: list[Request], path: Path) -> None:
                 writer.writerow([cells[f] for f in columns])
 
 
-# The row readers and their error, shared with the public-trace readers (trace_formats.py).
+# The row readers, field parsers and their error, shared with the public-trace readers (trace_formats.py).
 RowError, jsonl_rows, csv_rows = _RowError, _jsonl_rows, _csv_rows
+number, integer, hash_ids = _number, _integer, _hash_ids

@@ -106,30 +106,12 @@ def detect_format(path: Path) -> str:
 
 
 # ------------------------------------------------------------------ rows
-def _int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool):
-        raise _Bad(f"{name}: expected a whole number, got {value!r}")
-    if isinstance(value, int):
-        n = value
-    else:
-        try:
-            x = float(str(value).strip())
-        except ValueError:
-            raise _Bad(f"{name}: not a number: {value!r}") from None
-        if not x.is_integer():
-            raise _Bad(f"{name}: expected a whole number, got {value!r}")
-        n = int(x)
-    if n < minimum:
-        raise _Bad(f"{name}: must be >= {minimum}, got {value!r}")
-    return n
+_int = trace_rows.integer
 
 
 def _float(name: str, value) -> float:
-    try:
-        x = float(value.strip() if isinstance(value, str) else value)
-    except (TypeError, ValueError):
-        raise _Bad(f"{name}: not a number: {value!r}") from None
-    if not math.isfinite(x) or x < 0:
+    x = trace_rows.number(name, value)
+    if x < 0:
         raise _Bad(f"{name}: must be a finite number >= 0, got {value!r}")
     return x
 
@@ -168,11 +150,8 @@ class _Mooncake:
     rows = staticmethod(_jsonl_rows)
 
     def parse(self, row: dict) -> tuple:
-        ids = row.get("hash_ids", [])
-        if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in ids):
-            raise _Bad(f"hash_ids: expected a list of integers, got {ids!r}")
         return (_float("timestamp", row["timestamp"]) / 1000.0, _int("input_length", row["input_length"], 0),
-                _int("output_length", row["output_length"], 1), 0, tuple(ids), None)
+                _int("output_length", row["output_length"], 1), 0, trace_rows.hash_ids(row.get("hash_ids")), None)
 
 
 class _BurstGPT:
