@@ -6,6 +6,10 @@ video) on LLaVA-OneVision-Qwen2-7B, 1x H100-SXM-80GB, mean 256 output tokens,
 saturation throughput of 1,000 requests all arriving at once.
 
     python bench/speed.py            # add --requests N, --load 0.8, --no-fast-forward
+    python bench/speed.py --scenario bench/rps_mix_qwen3vl30b_moe.yaml   # the MoE variant
+
+The MoE variant runs the mix (without video) on Qwen3-VL-30B-A3B (128 experts, 8 per token)
+on one H200.
 
 Prints simulated requests per wall-second, events, steps and peak RSS.
 """

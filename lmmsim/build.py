@@ -67,6 +67,32 @@ def _check_llm_pool(name: str, key: str, pool, model: catalog.ModelSpec) -> None
                         f"valid: {valid}")
     if pool.pp > model.llm.num_layers:
         raise UserError(f"{key}.pp", f"{model.name} has {model.llm.num_layers} layers; pp must not exceed it")
+    _check_expert_parallel(key, pool, model)
+
+
+def _check_expert_parallel(key: str, pool, model: catalog.ModelSpec) -> None:
+    """``ep`` divides ``dp x tp`` and the experts; a dense model has neither (lmmsim.costmodel.moe)."""
+    ep, dp, tp = getattr(pool, "ep", 1), getattr(pool, "dp", 1), pool.tp
+    moe = model.llm.moe
+    if moe is None:
+        if ep > 1:
+            raise UserError(f"{key}.ep", f"{model.name} is a dense model (no experts); valid: 1")
+        if dp > 1:
+            raise UserError(f"{key}.dp", f"{model.name} is a dense model: its DP ranks would be independent "
+                            f"engines; use more workers/replicas instead; valid: 1")
+        return
+    valid = [e for e in range(1, dp * tp + 1) if (dp * tp) % e == 0 and moe.num_experts % e == 0]
+    if ep not in valid:
+        raise UserError(f"{key}.ep", f"must divide dp x tp = {dp * tp} and {model.name}'s {moe.num_experts} "
+                        f"experts; valid: {valid}")
+
+
+def _check_dtype(dep, gpu: catalog.GpuSpec) -> None:
+    """FP8 weights need FP8 tensor cores (``GpuSpec.peak_fp8_tflops``)."""
+    if getattr(dep, "dtype", "bf16") == "fp8" and gpu.peak_fp8_tflops is None:
+        able = sorted(name for name, g in catalog.gpus().items() if g.peak_fp8_tflops is not None)
+        raise UserError("deployment.dtype", f"fp8 needs FP8 tensor cores, which {gpu.name} lacks; valid: bf16, "
+                        f"or a GPU with them: {', '.join(able)}")
 
 
 def fit_folder(choice: str, gpu: catalog.GpuSpec, base_dir: Path) -> tuple[Path, str] | None:
@@ -234,6 +260,7 @@ def _plan_costs(scn, model, gpu, pools, shared, predictor, host_folder):
     ``host_folder``: the host profile, whose eager-layer timings price encoder calls."""
     dep, batching = scn.deployment, scn.policy.batching
     keys = _pool_keys(dep)
+    _check_dtype(dep, gpu)
     costs: dict = {}
     memory: dict[str, MemoryPlan] = {}
     # p_d: the prefill workers encode their requests' media themselves (no encoder pool)
@@ -246,7 +273,7 @@ def _plan_costs(scn, model, gpu, pools, shared, predictor, host_folder):
             continue
         _check_llm_pool(name, keys.get(name, f"deployment.{name}"), pool, model)
         costs[name] = ComposedStepCostModel(model, gpu, pool.tp, predictor, overheads=EngineOverheads.from_config(
-            scn.engine, max_running=batching.max_running, predictor=predictor))
+            scn.engine, max_running=batching.max_running, predictor=predictor), **_llm_numerics(dep, pool))
         receives_embeddings = "encoder" in pools and name in ("llm", "prefill", "local_prefill")
         buffer = dep.embedding_buffer_gib * GIB / (pool.tp * pool.pp) if receives_embeddings else 0.0
         if encoder_shares and any((name, w) in sharing_workers for w in range(pool.workers)):
@@ -255,7 +282,7 @@ def _plan_costs(scn, model, gpu, pools, shared, predictor, host_folder):
         memory[name] = plan_llm_memory(
             dep, batching, model, gpu, tp=pool.tp, pp=pool.pp,
             kv_bytes_per_token_tp=costs[name].kv_bytes_per_token_per_gpu,
-            include_encoder=name in local_encode, extra_bytes_per_gpu=buffer, pool=name,
+            include_encoder=name in local_encode, extra_bytes_per_gpu=buffer, pool=name, dp=pool.dp, ep=pool.ep,
         )
     if "encoder" in pools:
         check_encoder_memory(dep, model, gpu, pools["encoder"].tp)
@@ -265,6 +292,14 @@ def _plan_costs(scn, model, gpu, pools, shared, predictor, host_folder):
             costs[name].encoder_call = encoder_call_costs(model, gpu, pools[name].tp, scn.engine, host_folder,
                                                           scn.host.cpu_speed, encoder_variant(model))
     return costs, memory
+
+
+def _llm_numerics(dep, pool) -> dict:
+    """Cost-model settings of an LLM pool: expert / data parallelism, FP8, the MoE routing model.
+    ``moe_routing`` is read if the deployment has it (default: lmmsim.costmodel.moe.DEFAULT_ROUTING)."""
+    out = {"ep": pool.ep, "dp": pool.dp, "dtype": dep.dtype, "kv_cache_dtype": dep.kv_cache_dtype}
+    routing = getattr(dep, "moe_routing", None)
+    return out if routing is None else {**out, "routing": routing}
 
 
 def _requests(scn, model, base_dir) -> list[Request]:

@@ -77,6 +77,9 @@ class GpuSpec(_Strict):
     name: str
     display_name: str
     peak_bf16_tflops: PositiveFloat
+    # Dense FP8 tensor-core peak (datasheet, without sparsity); None: the GPU has no FP8
+    # tensor cores (A100), and ``deployment.dtype: fp8`` is refused on it.
+    peak_fp8_tflops: PositiveFloat | None = None
     hbm_bandwidth_tbs: PositiveFloat
     memory_gib: PositiveFloat
     num_sms: PositiveInt
@@ -102,6 +105,26 @@ class GpuSpec(_Strict):
 
 
 # ------------------------------------------------------------------------ models
+class MoeSpec(_Strict):
+    """Mixture-of-experts FFN of an LLM (a HF ``config.json`` subset).
+
+    MoE layers replace the dense MLP by a router (``hidden -> num_experts`` logits) and
+    ``experts_per_token`` of ``num_experts`` gated experts of width
+    ``expert_intermediate_size`` per token, plus an always-on shared expert of width
+    ``shared_expert_intermediate_size`` (0: none). Layers ``0 .. first_dense_layers - 1``
+    keep the dense MLP (``LlmSpec.intermediate_size``; GLM-4.5's ``first_k_dense_replace``);
+    after them every ``layer_step``-th layer is MoE (Llama 4's ``interleave_moe_layer_step``),
+    the others dense.
+    """
+
+    num_experts: PositiveInt
+    experts_per_token: PositiveInt
+    expert_intermediate_size: PositiveInt
+    shared_expert_intermediate_size: int = Field(0, ge=0)
+    first_dense_layers: int = Field(0, ge=0)
+    layer_step: PositiveInt = 1
+
+
 class LlmSpec(_Strict):
     """Decoder-only LLM backbone dimensions (a HF ``config.json`` subset)."""
 
@@ -116,24 +139,116 @@ class LlmSpec(_Strict):
     qkv_bias: bool = False
     tie_word_embeddings: bool = False
     max_context: PositiveInt
+    qk_norm: bool = False  # per-head RMSNorm on Q and K before rotary (Qwen3, GLM-4.5)
+    moe: MoeSpec | None = None  # None: every layer has the dense MLP
 
     @property
     def dim_head(self) -> int:
         return self.head_dim or self.hidden_size // self.num_heads
 
     @property
+    def num_moe_layers(self) -> int:
+        """Layers whose MLP is a MoE block: after ``moe.first_dense_layers`` dense ones, every
+        ``moe.layer_step``-th (HF Llama 4: layers ``step - 1, 2 step - 1, ...``); 0 when dense."""
+        moe = self.moe
+        if moe is None:
+            return 0
+        return max(0, self.num_layers - moe.first_dense_layers) // moe.layer_step
+
+    @property
     def num_params(self) -> int:
+        """All parameters: every layer (a MoE layer's router, all its routed experts and its
+        shared expert), norms, the embedding and an untied LM head."""
         h, f, hd = self.hidden_size, self.intermediate_size, self.dim_head
         attn = h * (self.num_heads + 2 * self.num_kv_heads) * hd + self.num_heads * hd * h
         mlp = (3 if self.gated_mlp else 2) * h * f
         per_layer = attn + mlp + 2 * h
         embed = self.vocab_size * h
         head = 0 if self.tie_word_embeddings else self.vocab_size * h
-        return self.num_layers * per_layer + embed + head + h
+        total = self.num_layers * per_layer + embed + head + h
+        if self.qk_norm:
+            total += self.num_layers * 2 * hd  # q_norm and k_norm weights (one head_dim vector each)
+        if self.moe is not None:
+            n = self.num_moe_layers
+            # a MoE layer has the router, experts and shared expert instead of the dense MLP
+            total += n * (self._router_params_per_layer + self._routed_params_per_layer
+                          + self._shared_params_per_layer - mlp)
+        return total
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses: :attr:`num_params` with ``experts_per_token`` of each MoE
+        layer's routed experts instead of all of them (equal to it for a dense model)."""
+        if self.moe is None:
+            return self.num_params
+        unused = self.moe.num_experts - self.moe.experts_per_token
+        return self.num_params - self.num_moe_layers * unused * self._expert_params
+
+    @property
+    def expert_params(self) -> int:
+        """Routed experts' parameters over all MoE layers (what expert parallelism splits)."""
+        return self.num_moe_layers * self._routed_params_per_layer
+
+    @property
+    def router_params(self) -> int:
+        """Routers' parameters over all MoE layers (replicated on every GPU, kept bf16)."""
+        return self.num_moe_layers * self._router_params_per_layer
+
+    @property
+    def linear_params(self) -> int:
+        """Parameters of the linear layers an FP8 (W8A8) checkpoint quantises: attention
+        QKV/O, dense MLPs, shared and routed experts. Not the embedding, LM head, norms or
+        routers, which stay bf16 (vLLM's FP8 checkpoints keep ``lm_head`` and the embedding
+        unquantised; Qwen3's FP8 checkpoints also list the ``mlp.gate`` routers as not converted)."""
+        h, hd = self.hidden_size, self.dim_head
+        attn = h * (self.num_heads + 2 * self.num_kv_heads) * hd + self.num_heads * hd * h
+        mlp = (3 if self.gated_mlp else 2) * h * self.intermediate_size
+        n_moe = self.num_moe_layers
+        moe = self._routed_params_per_layer + self._shared_params_per_layer if n_moe else 0
+        return self.num_layers * attn + (self.num_layers - n_moe) * mlp + n_moe * moe
+
+    @property
+    def _expert_params(self) -> int:
+        """One routed expert (gated: gate, up, down)."""
+        m = self.moe
+        return (3 if self.gated_mlp else 2) * self.hidden_size * m.expert_intermediate_size if m else 0
+
+    @property
+    def _routed_params_per_layer(self) -> int:
+        return self.moe.num_experts * self._expert_params if self.moe else 0
+
+    @property
+    def _router_params_per_layer(self) -> int:
+        return self.hidden_size * self.moe.num_experts if self.moe else 0
+
+    @property
+    def _shared_params_per_layer(self) -> int:
+        m = self.moe
+        return (3 if self.gated_mlp else 2) * self.hidden_size * m.shared_expert_intermediate_size if m else 0
+
+    def weight_bytes_per_gpu(self, *, tp: int, pp: int = 1, dp: int = 1, dtype: str = "bf16") -> float:
+        """LLM weight bytes on each GPU of a ``dp x tp x pp`` worker (one stage's share)::
+
+            (non-expert bytes) / (tp x pp)  +  router bytes / pp  +  expert bytes / (dp x tp x pp)
+
+        Non-expert layers (attention, dense MLPs, shared experts, embedding, LM head, norms)
+        are split over ``tp`` and replicated on each of the ``dp`` attention ranks; routed
+        experts are spread over all ``dp x tp`` GPUs of a stage (``ep`` groups of
+        ``moe_tp = dp x tp / ep`` GPUs each hold ``1 / (ep x moe_tp)`` of them, whatever ``ep``);
+        routers are replicated. ``dtype`` ``fp8`` stores :attr:`linear_params` in 1 byte, the
+        rest in 2. A dense bf16 model: ``num_params x 2 / (tp x pp)``, as before.
+        """
+        b = BYTES_PER_PARAM_BF16
+        wb = 1 if dtype == "fp8" else b
+        expert = self.expert_params
+        router = self.router_params
+        linear = self.linear_params
+        non_expert = (self.num_params - router - linear) * b + (linear - expert) * wb  # embedding, head, norms bf16
+        return non_expert / (tp * pp) + router * b / pp + expert * wb / (dp * tp * pp)
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes per token over all layers (bf16 K and V)."""
+        """KV-cache bytes per token over all layers (bf16 K and V; an FP8 cache holds half)."""
         return 2 * self.num_layers * self.num_kv_heads * self.dim_head * BYTES_PER_PARAM_BF16
 
 
@@ -162,6 +277,13 @@ class EncoderSpec(_Strict):
     window_tokens: PositiveInt | None = None
     full_attention_layers: tuple[int, ...] = ()
     projector: ProjectorSpec
+    # Qwen3-VL's DeepStack: extra patch mergers (each shaped like ``projector``) on the
+    # outputs of intermediate ViT layers, whose outputs are added to early LLM layers.
+    deepstack_mergers: int = Field(0, ge=0)
+    # How patch positions enter: learned absolute embeddings added after the stem, 2-D
+    # rotary on Q and K in every layer, or both (Qwen3-VL). None: by family (qwen_vit
+    # rotary only, the others learned only).
+    position_embedding: Literal["learned", "rotary_2d", "learned_and_rotary_2d"] | None = None
 
     @property
     def num_params(self) -> int:
@@ -170,7 +292,7 @@ class EncoderSpec(_Strict):
         p = self.projector
         dims = [p.input_dim] + [p.hidden_dim] * (p.num_layers - 1) + [p.output_dim]
         proj = sum(a * b for a, b in zip(dims, dims[1:]))
-        return self.num_layers * per_layer + proj
+        return self.num_layers * per_layer + (1 + self.deepstack_mergers) * proj  # DeepStack: projector-shaped
 
 
 class MediaRules(_Strict):
@@ -213,6 +335,7 @@ class ModelSpec(_Strict):
 
     @property
     def weight_bytes(self) -> int:
+        """LLM (all experts included) + encoder parameters in bf16."""
         enc = self.encoder.num_params if self.encoder else 0
         return (self.llm.num_params + enc) * BYTES_PER_PARAM_BF16
 

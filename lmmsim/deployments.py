@@ -44,6 +44,20 @@ class MemorySettings(_Strict):
     # skip the encoder (lmmsim.engine.media_cache). None: vLLM's size, the encoder budget;
     # 0: no reuse. Its GPU memory (tokens x hidden x 2 B) is not taken from the KV cache.
     encoder_cache_tokens: NonNegativeInt | None = None
+    # Numerics of the LLM workers: ``fp8`` stores the LLM's linear-layer weights in FP8
+    # (W8A8 GEMMs, half the weight bytes; embeddings, norms and the encoder stay bf16);
+    # ``kv_cache_dtype: fp8`` halves the KV cache per token (vLLM's --kv-cache-dtype fp8).
+    dtype: Literal["bf16", "fp8"] = "bf16"
+    kv_cache_dtype: Literal["auto", "fp8"] = "auto"
+    # vLLM's automatic prefix caching (--enable-prefix-caching): full KV blocks are keyed
+    # by their content and reused across requests (lmmsim.engine.prefix_cache). Off by
+    # default: synthetic prompts without shared content never hit, and results stay as
+    # before; vLLM V1 turns it on by default.
+    prefix_caching: bool = False
+    # How a MoE model's router spreads tokens over experts (lmmsim.costmodel.moe): evenly, or
+    # by the bounded power laws aiconfigurator measures its MoE kernels under. Default 1.2:
+    # aiconfigurator's generic MoE family (sdk/models/moe.py), which Qwen3 MoE models use.
+    moe_routing: Literal["balanced", "power_law_1.01", "power_law_1.2"] = "power_law_1.2"
 
 
 class SharingConfig(_Strict):
@@ -75,13 +89,23 @@ class LlmPoolConfig(_Strict):
     workers: PositiveInt = 1
     tp: PositiveInt = 1
     pp: PositiveInt = 1
+    # Expert parallelism of a MoE model: the dp x tp GPUs of a stage hold disjoint sets of
+    # experts in ep groups, each expert split dp*tp/ep ways (ep == dp*tp: vLLM's
+    # --enable-expert-parallel). Must divide dp*tp (lmmsim.costmodel.moe).
+    ep: PositiveInt = 1
+    # Attention data parallelism (vLLM's --data-parallel-size with expert parallelism): a
+    # worker is dp x tp x pp GPUs; each of the dp ranks runs attention and the dense layers
+    # on its share of the batch with tp-way attention, and a MoE model's experts are spread
+    # over the dp x tp GPUs of a stage, tokens moved between ranks by all-to-all
+    # (lmmsim.costmodel.data_parallel: one engine, the batch split evenly over the ranks).
+    dp: PositiveInt = 1
     # With pp > 1: chunked pipeline parallelism (true) or vanilla PP (false).
     chunk_pipelining: bool = True
     gpu_ids: list[list[NonNegativeInt]] | None = None  # per worker: tp x pp ids, stage by stage
 
     @property
     def gpus_per_worker(self) -> int:
-        return self.tp * self.pp
+        return self.dp * self.tp * self.pp
 
 
 class EncoderPoolConfig(_Strict):
@@ -116,11 +140,13 @@ class MonolithicDeployment(MemorySettings):
     replicas: PositiveInt = 1
     tp: PositiveInt = 1
     pp: PositiveInt = 1
+    ep: PositiveInt = 1  # expert parallelism within each stage's tp GPUs (LlmPoolConfig.ep)
+    dp: PositiveInt = 1  # attention data parallelism (LlmPoolConfig.dp)
     chunk_pipelining: bool = True  # with pp > 1: CPP (true) or vanilla PP (false)
     gpu_ids: list[list[NonNegativeInt]] | None = None  # per replica: tp x pp ids, stage by stage
 
     def pools(self) -> dict[str, LlmPoolConfig]:
-        return {"llm": LlmPoolConfig(workers=self.replicas, tp=self.tp, pp=self.pp,
+        return {"llm": LlmPoolConfig(workers=self.replicas, tp=self.tp, pp=self.pp, ep=self.ep, dp=self.dp,
                                      chunk_pipelining=self.chunk_pipelining, gpu_ids=self.gpu_ids)}
 
 

@@ -2,7 +2,7 @@
 
 GPUs are numbered ``0 .. hardware.count - 1``. Pools are placed in order
 (encoder, llm, prefill, decode): a pool without explicit ``gpu_ids`` takes the
-next free GPUs, ``tp x pp`` per LLM worker (stage by stage) and ``tp`` per
+next free GPUs, ``dp x tp x pp`` per LLM worker (stage by stage) and ``tp`` per
 encoder worker. A GPU listed for two workers is shared; the deployment must
 then say how (``gpu_sharing``).
 
@@ -14,7 +14,9 @@ allocations``)::
     kv = memory x gpu_memory_utilization
          - weights        (LLM layers of this stage over TP, embedding and LM head
                            included, tied once: ``LlmSpec.num_params``; plus the
-                           encoder in a monolithic engine)
+                           encoder in a monolithic engine. A MoE model's routed experts
+                           are spread over all dp x tp GPUs of the stage, FP8 halves the
+                           linear layers: ``LlmSpec.weight_bytes_per_gpu``)
          - peak activation (:func:`activation_reserve_bytes`)
          - non-torch      (:func:`non_torch_bytes`)
          - embedding buffer on receivers, weights of any worker sharing the GPU
@@ -25,6 +27,11 @@ KV cache is allocated, from what ``gpu_memory_utilization`` leaves over, so
 they are not subtracted (vLLM <= 0.11). ``deployment.activation_reserve_gib``
 replaces peak activation + non-torch. A deployment whose KV cache cannot hold
 one ``max_model_len`` request is rejected.
+
+With ``dp`` attention ranks (vLLM DP + EP) each rank keeps the KV of its own requests
+(the full KV heads over its ``tp`` GPUs), so the worker's capacity is ``dp`` times one
+GPU's; a request still has to fit on one rank. ``kv_cache_dtype: fp8`` halves the bytes
+per token (the cost model's ``kv_bytes_per_token_per_gpu``).
 
 Checked case (``tests/test_kv_capacity.py``): Llama-3.1-8B, one H100-80GB, TP1,
 ``gpu_memory_utilization`` 0.9, vLLM's ``vllm serve`` defaults on H100
@@ -88,7 +95,8 @@ class MemoryPlan:
         return self.num_blocks * self.block_size
 
 
-def activation_reserve_bytes(model: catalog.ModelSpec, tp: int, token_budget: int, max_running: int) -> float:
+def activation_reserve_bytes(model: catalog.ModelSpec, tp: int, token_budget: int, max_running: int, *,
+                             dp: int = 1, ep: int = 1) -> float:
     """Peak torch memory above the weights of vLLM's profile run (bytes per GPU).
 
     vLLM V1's ``profile_run`` (``vllm/v1/worker/gpu_model_runner.py``) runs one
@@ -99,13 +107,26 @@ def activation_reserve_bytes(model: catalog.ModelSpec, tp: int, token_budget: in
     * forward: hidden states and residual (2 x T x hidden) and, at the MLP, the
       gate|up output (T x 2 x ffn / tp) and its activation (T x ffn / tp), bf16;
     * sampler: ``max_running x vocab x`` :data:`SAMPLER_BYTES_PER_LOGIT` (full
-      vocabulary on every rank: the logits are gathered before sampling).
+      vocabulary on every rank: the logits are gathered before sampling);
+    * a MoE layer: hidden states and residual plus vLLM's fused-MoE workspaces
+      (``vllm/model_executor/layers/fused_moe/fused_moe.py``, ``fused_experts``: one buffer
+      of ``M x topk x max(2 I, hidden)`` shared by the gate|up and down outputs, one of
+      ``M x topk x I`` for the activation; ``I = expert_intermediate_size / moe_tp``), bf16,
+      for the ``M`` tokens entering the layer: a rank's ``token_budget`` with ``dp == 1``,
+      all ranks' ``dp x token_budget`` with DP (a conservative bound: they are gathered
+      before the experts in vLLM's all-gather dispatch).
     """
     llm = model.llm
     b = catalog.BYTES_PER_PARAM_BF16
     ffn = -(-llm.intermediate_size // tp)
     up = (2 if llm.gated_mlp else 1) * ffn
     forward = token_budget * (2 * llm.hidden_size + up + ffn) * b
+    if llm.moe is not None:
+        moe = llm.moe
+        inter = -(-moe.expert_intermediate_size // (dp * tp // ep))
+        pairs = dp * token_budget * moe.experts_per_token
+        moe_peak = 2 * token_budget * llm.hidden_size * b + pairs * (max(2 * inter, llm.hidden_size) + inter) * b
+        forward = max(forward if llm.num_moe_layers < llm.num_layers else 0, moe_peak)
     sampler = max_running * llm.vocab_size * SAMPLER_BYTES_PER_LOGIT + token_budget * llm.hidden_size * b
     return max(forward, sampler)
 
@@ -137,14 +158,14 @@ def place_workers(pools: dict, count: int, keys: dict[str, str] | None = None) -
                 ids = tuple(pool.gpu_ids[w])
                 if len(ids) != per:
                     raise UserError(f"{key}.gpu_ids.{w}",
-                                    f"needs {per} GPU ids (tp x pp), got {len(ids)}")
+                                    f"needs {per} GPU ids (dp x tp x pp), got {len(ids)}")
                 bad = [g for g in ids if g >= count]
                 if bad:
                     raise UserError(f"{key}.gpu_ids.{w}",
                                     f"GPU {bad[0]} does not exist; valid ids: 0..{count - 1}")
                 twice = sorted({g for g in ids if ids.count(g) > 1})
                 if twice:  # one worker's TP x PP ranks each need their own GPU
-                    raise UserError(f"{key}.gpu_ids.{w}", f"GPU {twice[0]} appears twice; a worker's tp x pp "
+                    raise UserError(f"{key}.gpu_ids.{w}", f"GPU {twice[0]} appears twice; a worker's dp x tp x pp "
                                                           "GPUs must all differ")
             else:
                 ids = tuple(range(next_free, next_free + per))
@@ -169,25 +190,36 @@ def shared_gpus(placement: dict[str, list[tuple[int, ...]]]) -> dict[int, list[t
 def plan_llm_memory(
     dep, batching, model: catalog.ModelSpec, gpu: catalog.GpuSpec, *, tp: int, pp: int,
     kv_bytes_per_token_tp: float, include_encoder: bool, extra_bytes_per_gpu: float = 0.0, pool: str = "llm",
+    dp: int = 1, ep: int = 1,
 ) -> MemoryPlan:
-    """KV capacity of one LLM worker; raises a UserError if it cannot hold one max-length request."""
+    """KV capacity of one LLM worker; raises a UserError if it cannot hold one max-length request.
+
+    Weights per GPU (:meth:`~lmmsim.catalog.LlmSpec.weight_bytes_per_gpu`)::
+
+        non-expert bytes / (tp x pp) + router bytes / pp + expert bytes / (ep x moe_tp x pp)
+
+    with ``ep x moe_tp = dp x tp``: attention, dense MLPs, shared experts, embedding and LM
+    head split over tp and replicated on the dp ranks; routed experts split over all
+    ``dp x tp`` GPUs of a stage; FP8 (``deployment.dtype``) stores the linear layers in one
+    byte. ``num_blocks`` is the worker's (``dp`` ranks), ``kv_bytes`` one GPU's."""
     usable = gpu.memory_bytes * dep.gpu_memory_utilization
-    weights = model.llm.num_params * catalog.BYTES_PER_PARAM_BF16 / (tp * pp)
+    weights = model.llm.weight_bytes_per_gpu(tp=tp, pp=pp, dp=dp, dtype=getattr(dep, "dtype", "bf16"))
     if include_encoder and model.encoder is not None:
         weights += model.encoder.num_params * catalog.BYTES_PER_PARAM_BF16 / tp
     if dep.activation_reserve_gib is not None:
         act = dep.activation_reserve_gib * GIB
         non_torch = 0.0
     else:
-        non_torch = non_torch_bytes(tp)
-        act = activation_reserve_bytes(model, tp, batching.token_budget, batching.max_running) + non_torch
+        non_torch = non_torch_bytes(dp * tp)  # with DP, EP all-to-all buffers as a TP group's
+        act = activation_reserve_bytes(model, tp, batching.token_budget, batching.max_running, dp=dp, ep=ep) + non_torch
     kv_per_token = kv_bytes_per_token_tp / pp
     kv = usable - weights - act - extra_bytes_per_gpu
     max_len = dep.max_model_len or model.llm.max_context
     num_blocks = int(kv // (dep.block_size * kv_per_token)) if kv > 0 else 0
     if num_blocks * dep.block_size < max_len:
         need = (weights + act + extra_bytes_per_gpu + max_len * kv_per_token) / GIB
-        shape = f"tp={tp}" + (f", pp={pp}" if pp > 1 else "")
+        shape = (f"dp={dp}, " if dp > 1 else "") + f"tp={tp}" + (f", pp={pp}" if pp > 1 else "") + (
+            f", ep={ep}" if ep > 1 else "")
         raise UserError(
             "deployment",
             f"{pool} worker: {model.name} on {gpu.name} with {shape} does not fit: weights {weights / GIB:.1f} GiB + "
@@ -197,7 +229,7 @@ def plan_llm_memory(
             f"{dep.gpu_memory_utilization} x {gpu.memory_gib:g} GiB per GPU; raise tp or pp, pick a larger GPU "
             f"or lower deployment.max_model_len",
         )
-    return MemoryPlan(usable, weights, act, max(kv, 0.0), kv_per_token, dep.block_size, num_blocks, max_len,
+    return MemoryPlan(usable, weights, act, max(kv, 0.0), kv_per_token, dep.block_size, dp * num_blocks, max_len,
                       non_torch)
 
 

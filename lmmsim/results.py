@@ -55,6 +55,7 @@ def run_scenario(scn, base_dir: Path = Path("."), *, progress=None, requests=Non
         tpot_slo=scn.slo.tpot_bound_s,
         num_preemptions=sum(e.scheduler.num_preemptions for e in engines),
         itl=gaps,
+        prefix_cache_evictions=sum(getattr(e.scheduler.pool, "evictions", 0) for e in engines),
     )
     summary["sim_wall_time_s"] = result.wall_s
     summary["sim_events"] = result.num_events

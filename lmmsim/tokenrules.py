@@ -10,7 +10,8 @@ touching any pixels, and returns a :class:`~lmmsim.workload.request.MediaItem`:
   prompt (the embeddings that replace the ``<image>``/``<video>``/``<audio>``
   placeholder). Wrapper tokens that are ordinary text (``<img>``,
   ``<|vision_start|>``, ``<start_of_image>`` ...) are *not* counted: they are
-  a handful per item and belong to the text part of the prompt.
+  a handful per item and belong to the text part of the prompt. (Llama 4's
+  tile separators are counted: they grow with the tile grid.)
 * ``encoder`` -- :class:`~lmmsim.workload.request.EncoderWork`:
   ``num_units`` independent attention units (crops, tiles, frame groups, 30-s
   audio windows) of ``seq_len`` encoder tokens each (patches, CLS included
@@ -20,7 +21,9 @@ Rules are pydantic models (``extra="forbid"``, frozen) so a model's YAML file
 can pick a family with ``kind:`` and override any constant. Each constant's
 default is the value in the family's released processor configuration. The
 three unions :data:`ImageRule`, :data:`VideoRule` and :data:`AudioRule`
-discriminate on ``kind``.
+discriminate on ``kind``. Audio rules live in :mod:`lmmsim.tokenrules_audio` and
+Llama 4's tiling in :mod:`lmmsim.tokenrules_llama4` (this module would pass 600
+lines otherwise); they are re-exported here.
 
 Arguments are validated: widths, heights and frame counts must be positive
 integers, seconds a positive finite number; anything else raises
@@ -31,11 +34,13 @@ from __future__ import annotations
 
 import functools
 import math
-import numbers
 from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
+from lmmsim.tokenrules_audio import Qwen3OmniAudioRule, WhisperAudioRule
+from lmmsim.tokenrules_common import _image_args, _positive_int, _Rule, _video_args
+from lmmsim.tokenrules_llama4 import Llama4ImageRule
 from lmmsim.workload.request import EncoderWork, MediaItem
 
 __all__ = [
@@ -44,6 +49,8 @@ __all__ = [
     "AudioRule",
     "QwenVlImageRule",
     "QwenVlVideoRule",
+    "Qwen3VlVideoRule",
+    "Llama4ImageRule",
     "LlavaOnevisionImageRule",
     "LlavaOnevisionVideoRule",
     "LlavaNextImageRule",
@@ -52,38 +59,8 @@ __all__ = [
     "Gemma3ImageRule",
     "Gemma3VideoRule",
     "WhisperAudioRule",
+    "Qwen3OmniAudioRule",
 ]
-
-
-class _Rule(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-# ------------------------------------------------------------------ validation
-def _positive_int(name: str, value) -> int:
-    """``value`` as an int, or ValueError unless it is a positive whole number."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, numbers.Real)
-        or not float(value).is_integer()
-        or value <= 0
-    ):
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    return int(value)
-
-
-def _positive_seconds(value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"seconds must be a positive finite number, got {value!r}")
-    return float(value)
-
-
-def _image_args(width, height) -> tuple[int, int]:
-    return _positive_int("width", width), _positive_int("height", height)
-
-
-def _video_args(frames, width, height) -> tuple[int, int, int]:
-    return (_positive_int("frames", frames),) + _image_args(width, height)
 
 
 # =============================================================== Qwen2/2.5-VL
@@ -217,6 +194,87 @@ class QwenVlVideoRule(_QwenVlGeometry):
     def item(self, frames: int, width: int, height: int) -> MediaItem:
         w, h = self.resize(frames, width, height)
         groups = self.num_frames(frames) // self.temporal_patch_size
+        patches = (h // self.patch_size) * (w // self.patch_size)
+        tokens = groups * (h // self.factor) * (w // self.factor)
+        return MediaItem(
+            "video", tokens, EncoderWork(groups, patches), source=("video", int(frames), int(width), int(height))
+        )
+
+
+def _smart_resize_volume(frames: int, height: int, width: int, temporal: int, factor: int,
+                        min_volume: int, max_volume: int, max_ratio: float) -> tuple[int, int]:
+    """The ``smart_resize`` of Qwen3-VL's (and GLM-4.1V's) video processor: as
+    :func:`_smart_resize`, but the bounds hold for frames x H x W, the whole clip.
+
+    The bound is checked on ``t_bar * H * W`` with ``t_bar`` the frame count rounded to a
+    multiple of ``temporal`` (Python's ``round``, halves to even), while the scale uses the
+    true count. Frames below ``temporal`` or a side below ``factor`` are refused, as the
+    processor refuses them.
+    """
+    if frames < temporal:
+        raise ValueError(f"a video needs at least {temporal} frames for this processor, got {frames}")
+    if height < factor or width < factor:
+        raise ValueError(f"video frames must be at least {factor} px on each side, got {width}x{height}")
+    if max(height, width) / min(height, width) > max_ratio:
+        raise ValueError(
+            f"aspect ratio {max(height, width) / min(height, width):.1f} exceeds the "
+            f"processor's limit of {max_ratio:g} ({width}x{height})"
+        )
+    h_bar = round(height / factor) * factor
+    w_bar = round(width / factor) * factor
+    t_bar = round(frames / temporal) * temporal
+    if t_bar * h_bar * w_bar > max_volume:
+        beta = math.sqrt(frames * height * width / max_volume)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif t_bar * h_bar * w_bar < min_volume:
+        beta = math.sqrt(min_volume / (frames * height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return h_bar, w_bar
+
+
+class Qwen3VlVideoRule(_QwenVlGeometry):
+    """Qwen3-VL videos (``Qwen3VLVideoProcessor``).
+
+    Differs from :class:`QwenVlVideoRule` (``qwen_vl_utils`` for Qwen2/2.5-VL) in how
+    frames are sized: one ``smart_resize`` for the whole clip with the pixel bounds on
+    frames x H x W (``size.shortest_edge`` / ``size.longest_edge`` of
+    ``video_preprocessor_config.json``; :func:`_smart_resize_volume`), so a clip twice as
+    long gets frames about 1/sqrt(2) smaller per side, with no per-frame floor. Patches
+    are 16 px, merged 2 x 2 (factor 32); temporal patches of 2 frames, an odd count padded
+    by repeating the last frame. ``frames`` is the number already sampled (the
+    processor's own sampling, 2 fps clamped to 4..768 frames, is the workload's business).
+
+    Encoder units: one per temporal group of ``(H/16)*(W/16)`` patches (the vision
+    tower's ``cu_seqlens`` limit attention to a group). LLM tokens:
+    ``groups*(H/32)*(W/32)``. Not counted (text, like every wrapper here): the
+    processor writes each group as ``<t seconds><|vision_start|>...<|vision_end|>``, a
+    timestamp and two special tokens per group.
+    """
+
+    kind: Literal["qwen3_vl"] = "qwen3_vl"
+    patch_size: PositiveInt = 16
+    temporal_patch_size: PositiveInt = 2
+    min_pixels: PositiveInt = 4096
+    max_pixels: PositiveInt = 25165824
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.min_pixels > self.max_pixels:
+            raise ValueError(f"min_pixels ({self.min_pixels}) must not exceed max_pixels ({self.max_pixels})")
+        return self
+
+    def resize(self, frames: int, width: int, height: int) -> tuple[int, int]:
+        """Per-frame (width, height) after the processor's resize."""
+        frames, width, height = _video_args(frames, width, height)
+        h, w = _smart_resize_volume(frames, height, width, self.temporal_patch_size, self.factor,
+                                    self.min_pixels, self.max_pixels, self.max_aspect_ratio)
+        return w, h
+
+    def item(self, frames: int, width: int, height: int) -> MediaItem:
+        w, h = self.resize(frames, width, height)
+        groups = math.ceil(int(frames) / self.temporal_patch_size)
         patches = (h // self.patch_size) * (w // self.patch_size)
         tokens = groups * (h // self.factor) * (w // self.factor)
         return MediaItem(
@@ -504,46 +562,16 @@ class Gemma3VideoRule(_Rule):
         return MediaItem("video", frames * self.tokens_per_frame, work, source=("video", frames, width, height))
 
 
-# ================================================================== Whisper audio
-class WhisperAudioRule(_Rule):
-    """Audio through a Whisper encoder with frame stacking (Ultravox, ``UltravoxProcessor``).
-
-    16 kHz audio gives 100 log-mel frames per second (hop 160); Whisper's
-    stride-2 convolution halves that to 50 encoder frames per second, so a clip
-    of ``s`` seconds has ``frames = round(50*s)`` (at least 1). The encoder
-    takes at most 30 s (1500 frames) at a time: longer clips are split into
-    ``ceil(frames/1500)`` windows and the last one is zero-padded to a full
-    window, so ``seq_len`` is 1500 then; a single short clip is not padded
-    (Ultravox's encoder accepts shorter inputs) and ``seq_len = frames``.
-    The projector stacks ``stack_factor`` = 8 consecutive frames per LLM token:
-    ``ceil(frames/8)`` tokens (30 s -> 1500 frames -> 188 tokens).
-    """
-
-    kind: Literal["whisper"] = "whisper"
-    frames_per_second: PositiveFloat = 50.0
-    window_frames: PositiveInt = 1500
-    stack_factor: PositiveInt = 8
-
-    def num_frames(self, seconds: float) -> int:
-        seconds = _positive_seconds(seconds)
-        # The small offset keeps e.g. 0.1 s * 50 = 5.000000000000001 at 5.
-        return max(1, int(round(seconds * self.frames_per_second + 1e-4)))
-
-    def item(self, seconds: float) -> MediaItem:
-        frames = self.num_frames(seconds)
-        windows = math.ceil(frames / self.window_frames)
-        seq_len = self.window_frames if windows > 1 else frames
-        tokens = math.ceil(frames / self.stack_factor)
-        return MediaItem("audio", tokens, EncoderWork(windows, seq_len), source=("audio", float(seconds)))
-
-
 # ========================================================================= unions
 ImageRule = Annotated[
-    Union[QwenVlImageRule, LlavaOnevisionImageRule, LlavaNextImageRule, InternVlImageRule, Gemma3ImageRule],
+    Union[
+        QwenVlImageRule, LlavaOnevisionImageRule, LlavaNextImageRule, InternVlImageRule, Gemma3ImageRule,
+        Llama4ImageRule,
+    ],
     Field(discriminator="kind"),
 ]
 VideoRule = Annotated[
-    Union[QwenVlVideoRule, LlavaOnevisionVideoRule, InternVlVideoRule, Gemma3VideoRule],
+    Union[QwenVlVideoRule, Qwen3VlVideoRule, LlavaOnevisionVideoRule, InternVlVideoRule, Gemma3VideoRule],
     Field(discriminator="kind"),
 ]
-AudioRule = Annotated[Union[WhisperAudioRule], Field(discriminator="kind")]
+AudioRule = Annotated[Union[WhisperAudioRule, Qwen3OmniAudioRule], Field(discriminator="kind")]

@@ -27,6 +27,13 @@ REQUIRED_MODELS = {
     "llama-2-7b",
     "llama-2-70b",
     "llama-3-8b",
+    "qwen3-vl-8b",
+    "qwen3-vl-32b",
+    "qwen3-vl-30b-a3b",
+    "qwen3-vl-235b-a22b",
+    "llama-4-scout-17b-16e",
+    "glm-4.5v",
+    "qwen3-omni-30b-a3b",
 }
 TEXT_ONLY = {"llama-2-7b", "llama-2-70b", "llama-3-8b"}
 
@@ -43,10 +50,16 @@ def numeric_paths(obj, path=""):
         yield path
 
 
+# Defaults that say a feature is absent (no DeepStack mergers): a file that has the feature states
+# and cites it; the others need not cite its absence. Every other number, defaults included, is cited.
+ABSENT_BY_DEFAULT = {"encoder.deepstack_mergers": 0}
+
+
 def cited_fields(spec):
     dump = spec.model_dump()
     dump.pop("sources")
-    return set(numeric_paths(dump))
+    stated = set(numeric_paths(spec.model_dump(exclude_unset=True)))
+    return {f for f in numeric_paths(dump) if f in stated or f not in ABSENT_BY_DEFAULT}
 
 
 ALL_SPECS = [pytest.param(s, id=s.name) for s in (*catalog.gpus().values(), *catalog.models().values())]
@@ -130,6 +143,7 @@ PUBLISHED_TOTAL_B = {
     "llava-v1.6-34b": 34.8,
     "internvl3.5-38b": 38.4,
     "gemma-3-27b": 27.4,
+    "qwen3-30b-a3b": 30.5,  # HF Qwen/Qwen3-30B-A3B model card: 30.5B total (3.3B activated)
 }
 PUBLISHED_LLM_B = {
     "llama-2-7b": 6.74,

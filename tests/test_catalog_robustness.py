@@ -123,7 +123,7 @@ def test_missing_sources_says_it_is_required_and_where_the_format_is(profiles):
      "media.image.patch_size: input should be greater than 0 (got 0)"),
     (lambda d: d["media"]["image"].update(kind="jpeg"),
      "media.image.kind: unknown kind 'jpeg'; valid: 'qwen2_vl', 'llava_onevision', 'llava_next', 'internvl', "
-     "'gemma3'"),
+     "'gemma3', 'llama4'"),
     (lambda d: d["encoder"]["projector"].update(stride=2),
      "encoder.projector.stride: unknown key 'stride'; valid keys: 'hidden_dim', 'input_dim', 'num_layers', "
      "'output_dim', 'tokens_merged'"),

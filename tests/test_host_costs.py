@@ -89,9 +89,9 @@ def test_h2d_copies_float32_patches_over_pcie():
     pcie = gpu.links["pcie"]
     assert call.h2d_s(work) == pytest.approx(pcie.latency_us * 1e-6 + nbytes / (pcie.bandwidth_gbs * 1e9))
     assert call.issue_s == 0
-    # Qwen's temporal patch doubles the pixels per token; Whisper sends 2 mel frames of 128 bins
+    # Qwen's temporal patch doubles the pixels per token; Whisper sends patch_size (2) mel frames of 128 bins
     assert processed_bytes("qwen_vit", 14, EncoderWork(1, 10)) == 10 * 3 * 2 * 196 * 4
-    assert processed_bytes("whisper", 0, EncoderWork(1, 1500)) == 1500 * 2 * 128 * 4
+    assert processed_bytes("whisper", 2, EncoderWork(1, 1500)) == 1500 * 2 * 128 * 4
     off = encoder_call_costs(model, gpu, 1, EngineCostsConfig(encoder_launch_us=0, encoder_h2d=False), None, 1.0)
     assert off.host_s([work], 0.0) == 0.0
 

@@ -109,7 +109,7 @@ def assemble_disaggregated(parts: Parts, env, on_finish, barrier_at) -> Disaggre
     enc_pool = pools["encoder"]
     enc_senders = [egress(env, parts.link, enc_pool.tp, f"encoder{e}->{first}", enc_pool.max_in_flight_sends,
                           parts.on_transfer) for e in range(enc_pool.workers)]
-    prefill_gpus = [pools[first].tp * pools[first].pp] * pools[first].workers
+    prefill_gpus = [pools[first].gpus_per_worker] * pools[first].workers
     if "local_prefill" in pools:
         prefill_gpus += [pools["local_prefill"].tp] * pools["local_prefill"].workers
     inboxes = [EmbeddingInbox(env, e, dep.embedding_buffer_gib * GIB, parts.hidden_bytes,
@@ -119,7 +119,7 @@ def assemble_disaggregated(parts: Parts, env, on_finish, barrier_at) -> Disaggre
         env, encoders=encoders, llm_engines=llm, inboxes=inboxes, encoder_senders=enc_senders,
         router=policies.create("router", router_cfg), streaming=dep.admission == "streaming",
         decode_engines=decode, kv_senders=kv_senders(parts, env, prefill_gpus) if decode else None,
-        kv_bytes_per_token=parts.model.llm.kv_bytes_per_token,
+        kv_bytes_per_token=parts.kv_bytes_per_token,
         decode_router=policies.create("router", router_cfg) if decode else None,
         envelope=enc_pool.envelope_transfer,
         offload=policies.create("offload", dep.local_prefill.offload) if local_target else None,

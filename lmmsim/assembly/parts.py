@@ -8,6 +8,7 @@ from lmmsim import catalog, policies
 from lmmsim.engine.kv_cache import BlockPool
 from lmmsim.engine.media_cache import MediaCache
 from lmmsim.engine.pipeline import PipelineEngine
+from lmmsim.engine.prefix_cache import PrefixBlockPool
 from lmmsim.engine.replica import Replica
 from lmmsim.engine.steplog import StepLog, StepRecord
 from lmmsim.placement import MemoryPlan
@@ -40,6 +41,13 @@ class Parts:
     @property
     def monolithic(self) -> bool:
         return self.scn.deployment.kind == "monolithic"
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV bytes one token's cache moves in a P->D transfer (all layers and heads; halved
+        with an FP8 cache, ``deployment.kv_cache_dtype``)."""
+        full = self.model.llm.kv_bytes_per_token
+        return full // 2 if self.scn.deployment.kv_cache_dtype == "fp8" else full
 
     @property
     def hidden_bytes(self) -> int:
@@ -75,9 +83,13 @@ def make_engine(parts: Parts, colocation, env, pool_name: str, index: int, on_fi
     choice = policies.create("batching", batching, queue=queue)  # scheduler by kind and queue capabilities
     scheduler = choice.cls(
         queue=queue,
-        pool=BlockPool(parts.memory[pool_name].num_blocks, scn.deployment.block_size),
-        token_budget=batching.token_budget,
-        max_running=batching.max_running,
+        # decode workers receive their KV: prefix caching is the prefill side's (vLLM P/D)
+        pool=(PrefixBlockPool if scn.deployment.prefix_caching and pool_name != "decode" else BlockPool)(
+            parts.memory[pool_name].num_blocks, scn.deployment.block_size),
+        # dp attention ranks (vLLM DP + EP) each have their own scheduler and budgets; one
+        # engine stands for all of them (lmmsim.costmodel.moe), so it holds dp x each budget
+        token_budget=batching.token_budget * pool.dp,
+        max_running=batching.max_running * pool.dp,
         encoder_budget=parts.encoder_budget,
         num_slots=pool.pp,
         media=media,
@@ -92,7 +104,8 @@ def make_engine(parts: Parts, colocation, env, pool_name: str, index: int, on_fi
         return Replica(env, index, scheduler, cost, ids, on_finish, barrier_at, fast_forward=fast_forward,
                        step_log=parts.log, name=name, on_handoff=on_handoff, on_batch=on_batch,
                        run=colocation.runner(name, ids))
-    stage_ids = [ids[s * pool.tp:(s + 1) * pool.tp] for s in range(pool.pp)]
+    per_stage = pool.dp * pool.tp  # a stage's dp x tp GPUs, stage by stage
+    stage_ids = [ids[s * per_stage:(s + 1) * per_stage] for s in range(pool.pp)]
     hidden_bytes, p2p_s = parts.hidden_bytes, parts.predictor.p2p_s
     return PipelineEngine(env, index, name, scheduler, cost, pool.pp, stage_ids,
                           lambda tokens: p2p_s(tokens * hidden_bytes), on_finish,

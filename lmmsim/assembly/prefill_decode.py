@@ -22,8 +22,8 @@ def assemble_prefill_decode(parts: Parts, env, on_finish, barrier_at) -> Disaggr
     frontend = DisaggregatedFrontend(
         env, encoders=[], llm_engines=prefill, inboxes=[], encoder_senders=[],
         router=policies.create("router", router_cfg), streaming=False, decode_engines=decode,
-        kv_senders=kv_senders(parts, env, [pools["prefill"].tp * pools["prefill"].pp] * len(prefill)),
-        kv_bytes_per_token=parts.model.llm.kv_bytes_per_token,
+        kv_senders=kv_senders(parts, env, [pools["prefill"].gpus_per_worker] * len(prefill)),
+        kv_bytes_per_token=parts.kv_bytes_per_token,
         decode_router=policies.create("router", router_cfg), first_token_at_decode=dep.first_token == "decode")
     calls.frontend = frontend
     return frontend

@@ -257,7 +257,8 @@ def _add_calibrate_commands(sub) -> None:
     p.add_argument("--backend", default="vllm", help="vllm (default), sglang or trtllm")
     p.add_argument("--version", help="backend version of the tables (default: the newest the GPU has)")
     p.add_argument("--kernel", help="LLM attention kernel (default: the one vLLM picks on that GPU)")
-    p.add_argument("--classes", help="comma-separated subset of gemm,attention_prefill,attention_decode,allreduce")
+    p.add_argument("--classes", help="comma-separated subset of gemm,attention_prefill,attention_decode,allreduce "
+                   "(default) and gemm_fp8,attention_decode_fp8,moe_experts,moe_alltoall")
     p.add_argument("--base", help="profile folder whose other classes are copied in (e.g. a Vidur import)")
     p.add_argument("--append", action="store_true",
                    help="with --base: also keep the base's rows of the classes imported here")

@@ -167,10 +167,14 @@ def cmd_list(args) -> int:
     if what == "models":
         for name, m in sorted(catalog.models().items()):
             enc = m.encoder.family if m.encoder else "-"
-            print(f"{name:28s} {m.llm.num_params / 1e9:6.1f}B LLM  encoder {enc:10s} inputs {','.join(m.modalities)}")
+            moe = (f"MoE {m.llm.moe.num_experts}x top-{m.llm.moe.experts_per_token}, "
+                   f"{m.llm.active_params / 1e9:.1f}B active" if m.llm.moe else "dense")
+            print(f"{name:28s} {m.llm.num_params / 1e9:6.1f}B LLM  {moe:31s} encoder {enc:10s} "
+                  f"inputs {','.join(m.modalities)}")
     elif what == "gpus":
         for name, g in sorted(catalog.gpus().items()):
-            print(f"{name:16s} {g.peak_bf16_tflops:7.1f} TFLOP/s bf16  {g.hbm_bandwidth_tbs:5.2f} TB/s  "
+            fp8 = f"{g.peak_fp8_tflops:7.1f} fp8" if g.peak_fp8_tflops else "     no fp8"
+            print(f"{name:16s} {g.peak_bf16_tflops:7.1f} TFLOP/s bf16 {fp8}  {g.hbm_bandwidth_tbs:5.2f} TB/s  "
                   f"{g.memory_gib:5.0f} GiB  links {','.join(g.links)}")
     elif what == "scenarios":
         from lmmsim.scenario import examples_dir

@@ -85,6 +85,10 @@ def print_summary(summary: dict, scn, out: Path | None) -> None:
           summary.get("deployment", {}).get("pools", {}).items() if "kv_capacity_tokens_per_worker" in entry]
     if kv:
         console.print(f"KV cache per worker (tokens): {', '.join(kv)}")
+    pc = summary.get("prefix_cache")
+    if pc:
+        console.print(f"prefix cache: hit rate {pc['hit_rate']:.1%} of prompt tokens ({pc['cached_tokens']:,} cached), "
+                      f"{pc['hit_requests_share']:.1%} of requests hit, {pc['evictions']:,} cached blocks evicted")
     cm = summary.get("cost_model", {})
     if cm.get("fallback_classes"):
         console.print(f"cost model: fitted ({cm['fit']}); roofline v0 for {', '.join(cm['fallback_classes'])} "

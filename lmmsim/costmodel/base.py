@@ -53,6 +53,28 @@ class OperatorPredictor(Protocol):
     def p2p_s(self, num_bytes: float) -> float:
         """Point-to-point send of ``num_bytes`` to a neighbouring GPU."""
 
+    # Operators of FP8 and MoE models. Optional: a predictor without them is answered by the
+    # roofline on the same GPU (lmmsim.costmodel.split_view.ExtraOps), so dense bf16 models
+    # never call them.
+    def gemm_fp8_s(self, m: int, n: int, k: int) -> float:
+        """[m, k] x [k, n] W8A8 FP8 matmul (FP8 weights and inputs, bf16 output)."""
+
+    def attention_decode_fp8_s(
+        self, batch: int, context_sum: int, num_heads: int, num_kv_heads: int, head_dim: int
+    ) -> float:
+        """:meth:`attention_decode_s` reading an FP8 KV cache."""
+
+    def moe_experts_s(self, tokens: int, hidden: int, inter: int, num_experts: int, topk: int,
+                      moe_tp: int, moe_ep: int, dtype: str, routing: str) -> float:
+        """The routed-expert FFN of one MoE layer on one GPU: ``tokens`` enter the layer on
+        this EP group (before dispatch), each routed to ``topk`` of ``num_experts`` experts of
+        width ``inter``, split over ``moe_ep`` ranks and each over ``moe_tp`` GPUs; ``dtype``
+        "bf16" | "fp8"; ``routing`` one of :data:`lmmsim.costmodel.moe.ROUTINGS`."""
+
+    def moe_alltoall_s(self, tokens: int, hidden: int, topk: int, ep: int, phase: str) -> float:
+        """MoE dispatch (``phase`` "dispatch") or combine ("combine") all-to-all of one rank
+        holding ``tokens`` tokens over ``ep`` ranks (bf16 payload)."""
+
 
 class StepCostModel(Protocol):
     """Per (model, GPU, TP) costs an engine asks for."""

@@ -26,6 +26,14 @@ Tensor parallelism follows Megatron-LM, as vLLM implements it:
   (``op=``, one of :data:`~lmmsim.costmodel.opdata.ELEMENTWISE_OPS`): a
   fitted predictor has one model per kernel, the roofline ignores it.
 
+MoE layers, expert and attention data parallelism (``ep``, ``dp``) are composed in
+:mod:`lmmsim.costmodel.moe` and :mod:`lmmsim.costmodel.data_parallel`; ``dtype: fp8``
+runs the linear layers as W8A8 FP8 GEMMs (the LM head, router and embedding stay bf16,
+as in vLLM's FP8 checkpoints), ``kv_cache_dtype: fp8`` reads an FP8 KV cache in decode
+attention. A dense bf16 model without QK-norm or DP takes the original composition
+below, so its costs do not change. Predictors without the FP8 / MoE operators are
+answered by the roofline on the same GPU (:class:`~lmmsim.costmodel.split_view.ExtraOps`).
+
 The encoder runs sharded over the same ``tp`` GPUs, with the same Megatron
 split (heads padded up to a multiple of ``tp`` when they do not divide, as
 vLLM does for InternViT); its patch embedding is small and replicated.
@@ -69,12 +77,21 @@ own memo tables, so the ``llm_step_s`` / ``encode_s`` paths are untouched.
 
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 from lmmsim.catalog import BYTES_PER_PARAM_BF16, WHISPER_MEL_BINS, GpuSpec, ModelSpec
 from lmmsim.costmodel.base import OperatorPredictor
+from lmmsim.costmodel.data_parallel import dp_attention, per_rank, rank_tokens
+from lmmsim.costmodel.data_parallel import step_parts as _dp_step_parts
+from lmmsim.costmodel.data_parallel import step_s as _dp_step_s
 from lmmsim.costmodel.engine_overheads import EngineOverheads
-from lmmsim.costmodel.split_view import OPS as _OPS, BorrowedSplit as _BorrowedSplit, Split as _Split, SplitView as _SplitView
+from lmmsim.costmodel.moe import DEFAULT_ROUTING, layers_cost
+from lmmsim.costmodel.split_view import OPS as _OPS
+from lmmsim.costmodel.split_view import BorrowedSplit as _BorrowedSplit
+from lmmsim.costmodel.split_view import ExtraOps as _ExtraOps
+from lmmsim.costmodel.split_view import Split as _Split
+from lmmsim.costmodel.split_view import SplitView as _SplitView
 from lmmsim.errors import UserError
 from lmmsim.workload.request import EncoderWork
 
@@ -95,12 +112,19 @@ class ComposedStepCostModel:
     MEMO_LIMIT = 1 << 18
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int, predictor: OperatorPredictor, *,
-                 encoder_only: bool = False, overheads: EngineOverheads | None = None):
+                 encoder_only: bool = False, overheads: EngineOverheads | None = None, ep: int = 1, dp: int = 1,
+                 dtype: str = "bf16", kv_cache_dtype: str = "auto", routing: str = DEFAULT_ROUTING):
         # ``encoder_only``: an encoder pool's model; its tp splits the encoder (heads padded
         # when they do not divide), never the LLM, so the LLM's heads are not checked.
+        # ``ep``, ``dp``: expert and attention data parallelism (lmmsim.costmodel.moe);
+        # ``dtype`` fp8: W8A8 linear layers; ``kv_cache_dtype`` fp8: an FP8 KV cache;
+        # ``routing``: the MoE load-imbalance model (lmmsim.costmodel.moe.ROUTINGS).
         llm = model.llm
         if tp < 1:
             raise UserError("deployment.tp", f"must be at least 1, got {tp}")
+        if (dp * tp) % ep:
+            raise UserError("deployment.ep", f"must divide dp x tp = {dp * tp}; valid: "
+                            f"{[e for e in range(1, dp * tp + 1) if (dp * tp) % e == 0]}")
         if llm.num_heads % tp and not encoder_only:
             raise UserError(
                 "deployment.tp", f"{model.name}: {llm.num_heads} attention heads do not split evenly over tp={tp}"
@@ -121,6 +145,11 @@ class ComposedStepCostModel:
         self._act_op = "act_gated" if llm.gated_mlp else "act"
         self._vocab = llm.vocab_size
         self._vocab_shard = _ceil_div(llm.vocab_size, tp)
+        self.ep, self.dp, self.moe_tp = ep, dp, dp * tp // ep
+        self.dtype, self.routing = dtype, routing
+        self._kv_fp8 = kv_cache_dtype == "fp8"
+        # Dense bf16 models without QK-norm or DP keep the original composition, unchanged.
+        self._plain = llm.moe is None and not llm.qk_norm and dtype == "bf16" and dp == 1
 
         self._dense_memo: dict[int, float] = {}
         self._prefill_memo: dict[tuple[int, int], float] = {}
@@ -136,14 +165,24 @@ class ComposedStepCostModel:
         self._engine_parts_memo: dict[int, tuple[float, float]] = {}
         # Bound method looked up once: the hot path calls it every decode step.
         self._decode_attention = predictor.attention_decode_s
+        self._ext_s = _ExtraOps(predictor, gpu)  # FP8 / MoE operators, roofline where the predictor lacks them
+        if self._kv_fp8:
+            self._decode_attention = self._ext_s.attention_decode_fp8_s
 
         # Compute / memory split: a pair-valued view of the predictor, own memos.
         if all(hasattr(predictor, op + "_parts") for op in _OPS):
             parts_source = predictor
         else:
             parts_source = _BorrowedSplit(predictor, gpu)
-        self._split = _SplitView(parts_source)
+        self._split = _SplitView(parts_source, _ExtraOps.parts(predictor, gpu))
         self._decode_attention_parts = parts_source.attention_decode_parts
+        if self._kv_fp8:
+            self._decode_attention_parts = _ExtraOps.parts(predictor, gpu)["attention_decode_fp8"]
+        if dp > 1:  # the dp ranks split the batch (lmmsim.costmodel.moe): per-rank decode, rank-aware steps
+            self._decode_attention = per_rank(self._decode_attention, dp)
+            self._decode_attention_parts = per_rank(self._decode_attention_parts, dp)
+            self.llm_step_s = functools.partial(_dp_step_s, self)
+            self.llm_step_parts = functools.partial(_dp_step_parts, self)
         self._dense_parts_memo: dict[int, tuple[float, float]] = {}
         self._prefill_parts_memo: dict[tuple[int, int], tuple[float, float]] = {}
         self._head_parts_memo: dict[int, tuple[float, float]] = {}
@@ -152,13 +191,18 @@ class ComposedStepCostModel:
     # ----------------------------------------------------------- memory sizes
     @property
     def weight_bytes_per_gpu(self) -> float:
-        """(LLM + encoder parameters) x 2 bytes / tp."""
-        return self.model.weight_bytes / self.tp
+        """(LLM + encoder parameters) x 2 bytes / tp; a MoE, DP or FP8 LLM as
+        :meth:`~lmmsim.catalog.LlmSpec.weight_bytes_per_gpu` counts it."""
+        if self._plain:
+            return self.model.weight_bytes / self.tp
+        enc = self.model.encoder.num_params * B / self.tp if self.model.encoder else 0.0
+        return self.model.llm.weight_bytes_per_gpu(tp=self.tp, dp=self.dp, dtype=self.dtype) + enc
 
     @property
     def kv_bytes_per_token_per_gpu(self) -> float:
-        """K and V of every layer for the KV heads this GPU holds (>= 1, replicated when kv_heads < tp)."""
-        return 2 * self._layers * self._kv_heads * self._head_dim * B
+        """K and V of every layer for the KV heads this GPU holds (>= 1, replicated when kv_heads < tp);
+        1 byte per element in an FP8 cache. A token lives on one DP rank."""
+        return 2 * self._layers * self._kv_heads * self._head_dim * (1 if self._kv_fp8 else B)
 
     # --------------------------------------------------------------- LLM step
     def llm_step_s(
@@ -199,12 +243,16 @@ class ComposedStepCostModel:
                 t = self._lm_head(num_sampled)
             total += t
         if self._ov_active:
-            key = tokens if num_sampled > 0 else -tokens
-            t = self._engine_memo.get(key)
-            if t is None:
-                t = self._store(self._engine_memo, key, sum(self._engine_terms(self.predictor, key).values()))
-            total += t
+            total += self._engine_step_s(tokens, num_sampled)
         return total
+
+    def _engine_step_s(self, tokens: int, num_sampled: int) -> float:
+        """The engine terms of a step (memoised by token count, negative when nothing is sampled)."""
+        key = tokens if num_sampled > 0 else -tokens
+        t = self._engine_memo.get(key)
+        if t is None:
+            t = self._store(self._engine_memo, key, sum(self._engine_terms(self.predictor, key).values()))
+        return t
 
     def llm_step_parts(
         self,
@@ -277,10 +325,12 @@ class ComposedStepCostModel:
                "cudagraph_padding": 0.0, "kv_write": 0.0, "collective_launch": 0.0, "step_cpu": 0.0}
         if tokens <= 0:
             return out
-        out["dense"] = self._dense_cost(p, tokens)
-        out["prefill_attention"] = sum(self._prefill_attention_cost(p, tuple(c)) for c in prefill_chunks)
+        out["dense"] = (self._dense_cost(p, tokens) if self.dp == 1
+                        else layers_cost(self, p, tokens, rank_tokens(self, tokens, prefill_chunks)))
+        att = [self._prefill_attention_cost(p, tuple(c)) for c in prefill_chunks]
+        out["prefill_attention"] = sum(att) if self.dp == 1 else dp_attention(att, self.dp)
         if num_decodes > 0:
-            out["decode_attention"] = self._layers * p.attention_decode_s(
+            out["decode_attention"] = self._layers * self._decode_attention(
                 num_decodes, decode_context_sum, self._heads, self._kv_heads, self._head_dim)
         if num_sampled > 0:
             out["lm_head"] = self._lm_head_cost(p, num_sampled)
@@ -311,6 +361,8 @@ class ComposedStepCostModel:
     def _dense_cost(self, p, tokens: int):
         """All of a step that depends only on its total token count, over all layers:
         linear layers, all-reduces, norms, rotary, activation, embedding, final norm."""
+        if not self._plain:
+            return layers_cost(self, p, tokens)
         tp = self.tp
         h, hd = self._hidden, self._head_dim
         q_width = self._heads * hd
@@ -333,6 +385,10 @@ class ComposedStepCostModel:
         final_norm = p.elementwise_s(4 * act, op="add_norm")  # the last residual add is fused into it
         return self._layers * layer + embed + final_norm
 
+    def _linear(self, p, x, m: int, n: int, k: int):
+        """A linear layer's GEMM: W8A8 FP8 (``x.gemm_fp8_s``) under ``dtype: fp8``, else bf16."""
+        return x.gemm_fp8_s(m, n, k) if self.dtype == "fp8" else p.gemm_s(m, n, k)
+
     def _engine_terms(self, p, key: int) -> dict:
         """Engine terms of a step of ``abs(key)`` tokens (rows sampled when ``key > 0``),
         by name; see :mod:`lmmsim.costmodel.engine_overheads` for each term's source."""
@@ -340,15 +396,18 @@ class ComposedStepCostModel:
         tokens, sampled = abs(key), key > 0
         cpu = (lambda s: s) if p is self.predictor else (lambda s: _Split(0.0, s))  # host time: not SM-bound
         terms = {"cudagraph_padding": 0, "kv_write": 0, "collective_launch": cpu(0.0), "step_cpu": cpu(ov.step_cpu_s)}
-        padded = ov.padded_tokens(tokens)
-        if padded != tokens:
-            terms["cudagraph_padding"] = self._dense_cost(p, padded) + self._dense_cost(p, tokens) * -1
+        rank = _ceil_div(tokens, self.dp)  # DP ranks pad and capture graphs per rank, in lockstep
+        padded = ov.padded_tokens(rank)
+        if padded != rank:
+            terms["cudagraph_padding"] = self._dense_cost(p, padded * self.dp) + self._dense_cost(p, tokens) * -1
         if ov.kv_write:
             # reshape_and_cache: read the new K and V, write them into the paged cache
-            kv_bytes = 2 * tokens * self._kv_heads * self._head_dim * B
-            terms["kv_write"] = self._layers * p.elementwise_s(2 * kv_bytes, op="kv_write")
-        if self.tp > 1 and ov.collective_launch_s and not ov.graph_captured(tokens):
-            calls = 2 * self._layers + 1 + (1 if sampled else 0)  # per-layer all-reduces, embedding, logits gather
+            kv_bytes = 2 * rank * self._kv_heads * self._head_dim * B
+            written = kv_bytes // 2 if self._kv_fp8 else kv_bytes  # an FP8 cache stores 1 byte per element
+            terms["kv_write"] = self._layers * p.elementwise_s(kv_bytes + written, op="kv_write")
+        a2a = 2 * self.model.llm.num_moe_layers if self.dp > 1 else 0  # dispatch + combine per MoE layer
+        if (self.tp > 1 or a2a) and ov.collective_launch_s and not ov.graph_captured(rank):
+            calls = 2 * self._layers + 1 + (1 if sampled else 0) + a2a  # per-layer all-reduces, embedding, logits gather
             terms["collective_launch"] = cpu(calls * ov.collective_launch_s)
         return terms
 
@@ -360,7 +419,9 @@ class ComposedStepCostModel:
         )
 
     def _lm_head_cost(self, p, num_sampled: int):
-        """LM head over the vocabulary shard, logits gather, sampling."""
+        """LM head over the vocabulary shard, logits gather, sampling (each DP rank its rows)."""
+        if self.dp > 1:
+            num_sampled = _ceil_div(num_sampled, self.dp)
         logits = num_sampled * self._vocab * B
         # Ring all-gather = the all-gather half of a ring all-reduce.
         gather = p.allreduce_s(logits, self.tp) / 2
@@ -437,8 +498,11 @@ class ComposedStepCostModel:
             # Linear patch projection: RGB patch_size^2 (x 2 frames for Qwen's temporal patch).
             frames = 2 if enc.family == "qwen_vit" else 1
             stem = p.gemm_s(n, h, 3 * frames * enc.patch_size**2)
-        if enc.family != "qwen_vit":
-            stem += p.elementwise_s(3 * act, op="add")  # add learned position embeddings (Qwen uses rotary)
+        # Position embeddings: learned (added after the stem), 2-D rotary (on Q and K in every
+        # layer) or both; by default rotary for the qwen_vit family, learned for the others.
+        pos = enc.position_embedding or ("rotary_2d" if enc.family == "qwen_vit" else "learned")
+        if pos != "rotary_2d":
+            stem += p.elementwise_s(3 * act, op="add")  # add learned position embeddings
 
         layer = (
             p.elementwise_s(2 * act, op="norm")  # pre-attention LayerNorm
@@ -453,7 +517,7 @@ class ComposedStepCostModel:
             + p.allreduce_s(act, tp)
             + p.elementwise_s(3 * act, op="add")  # residual add
         )
-        if enc.family == "qwen_vit":
+        if pos != "learned":
             layer += p.elementwise_s(2 * n * 2 * width * B, op="rotary")  # 2-D rotary on Q and K
 
         # Attention: every unit attends to itself, without a mask. Units of equal
@@ -485,7 +549,10 @@ class ComposedStepCostModel:
 
         post_norm = p.elementwise_s(2 * act, op="norm")
         t = stem + enc.num_layers * layer + num_full * full + num_window * windowed + post_norm
-        return t + self._projector(p, n)
+        t = t + self._projector(p, n)
+        if enc.deepstack_mergers:  # Qwen3-VL's DeepStack mergers: projector-shaped MLPs over the same tokens
+            t += enc.deepstack_mergers * self._projector(p, n)
+        return t
 
     def _projector(self, p, encoder_tokens: int):
         """Projector MLP over merged tokens, sharded Megatron-style.
@@ -519,3 +586,4 @@ class ComposedStepCostModel:
             memo.clear()
         memo[key] = value
         return value
+

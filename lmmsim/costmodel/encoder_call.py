@@ -50,7 +50,8 @@ CUDA_LAUNCH_US = 3.8
 def processed_bytes(family: str, patch_size: int, work) -> int:
     """Bytes of the processor's output for one item: what crosses PCIe."""
     if family == "whisper":
-        return work.num_tokens * 2 * WHISPER_MEL_BINS * F32  # 2 mel frames per encoder frame (conv stride 2)
+        # patch_size mel frames per encoder frame: 2 for Whisper (conv stride 2), 8 for AuT
+        return work.num_tokens * patch_size * WHISPER_MEL_BINS * F32
     frames = 2 if family == "qwen_vit" else 1
     return work.num_tokens * 3 * frames * patch_size**2 * F32
 

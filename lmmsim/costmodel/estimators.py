@@ -213,7 +213,7 @@ def make_estimator(name: str, op_class: str, peaks: tuple[float | None, float], 
                          ("poly", PolynomialFeatures(int(name[-1]), include_bias=False)),
                          ("ridge", RidgeCV(alphas=RIDGE_ALPHAS))])
     if name == "forest":
-        return RandomForestRegressor(**FOREST_PARAMS, random_state=SEED)
+        return RandomForestRegressor(**(CLASSES[op_class].forest_params or FOREST_PARAMS), random_state=SEED)
     raise ValueError(f"unknown estimator {name!r}; valid: {', '.join(ESTIMATORS)}")
 
 

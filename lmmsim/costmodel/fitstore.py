@@ -19,7 +19,9 @@ A forest's trees are ``<class>.forest.npz`` (``elementwise.<op>.forest.npz``
 for a per-op forest), loaded with ``allow_pickle=False``. ``per_op`` is
 optional both ways: a fit without it loads as one pooled model, and a reader
 that ignores it still gets the pooled model. Loading needs numpy only
-(:mod:`lmmsim.costmodel.npmodels`).
+(:mod:`lmmsim.costmodel.npmodels`). :func:`merge_classes` adds classes fitted
+later to a fit without touching the others (the FP8 / MoE ones, ``source_profile``
+naming the profile each was fitted on).
 """
 
 from __future__ import annotations
@@ -79,7 +81,8 @@ def _entry(folder: Path, op_class: str, cf: ClassFit, op: str | None = None) -> 
         else:
             name = f"{_file_stem(op_class, op)}.forest.npz"
             _save_forest(folder / name, cf.estimator)
-            entry["params"] = {"file": name, **FOREST_PARAMS, "random_state": SEED}
+            entry["params"] = {"file": name, **(CLASSES[op_class].forest_params or FOREST_PARAMS),
+                               "random_state": SEED}
     if cf.domain is not None:
         entry["domain"] = cf.domain
     if cf.per_op:
@@ -260,5 +263,37 @@ def derive_classes(source_folder: Path, target_folder: Path, classes, *, target_
         doc["classes"][op_class] = _derived_entry(op_class, entry, src.get("gpu", str(source_folder)),
                                                   src.get("profile", {}))
     target_path.parent.mkdir(parents=True, exist_ok=True)
+    target_path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return target_path
+
+
+# ================================================================ merge
+def merge_classes(source_folder: Path, target_folder: Path, classes) -> Path:
+    """Add the fitted ``classes`` of one fit folder (with their forest arrays) to another fit
+    of the same GPU, leaving every class already there as it was, byte for byte.
+
+    Used to ship classes fitted later (the FP8 / MoE ones) into a released fit without
+    refitting its others; each merged entry keeps the profile it was fitted on as
+    ``source_profile``. A class the target already has, or the source lacks, is an error.
+    """
+    source_folder, target_folder = Path(source_folder), Path(target_folder)
+    src = json.loads((source_folder / "model.json").read_text())
+    target_path = target_folder / "model.json"
+    doc = json.loads(target_path.read_text())
+    if src.get("gpu") != doc.get("gpu"):
+        raise ValueError(f"{source_folder} is a fit for {src.get('gpu')!r}, {target_folder} for {doc.get('gpu')!r}")
+    for op_class in classes:
+        entry = src["classes"].get(op_class)
+        if entry is None:
+            raise ValueError(f"{source_folder}: no fitted {op_class!r}")
+        if op_class in doc["classes"]:
+            raise ValueError(f"{target_path}: {op_class!r} is already there")
+        for sub in (entry, *entry.get("per_op", {}).values()):
+            name = sub.get("params", {}).get("file")
+            if name:
+                (target_folder / name).write_bytes((source_folder / name).read_bytes())
+        doc["classes"][op_class] = {**entry, "source_profile": src.get("profile", {})}
+        if op_class in src.get("peaks", {}):
+            doc.setdefault("peaks", {})[op_class] = src["peaks"][op_class]
     target_path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return target_path

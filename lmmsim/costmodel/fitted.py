@@ -62,6 +62,13 @@ scikit-learn is not imported.
   ``sum(x_parts(...)) == x_s(...)`` exactly; elementwise kernels and
   collectives are memory/link-bound, ``(0.0, t)``. Fallback classes use the
   v0 roofline's own parts.
+* **FP8 and MoE classes** (:data:`~lmmsim.costmodel.opdata.EXTRA_FITTED_CLASSES`:
+  ``gemm_fp8_s``, ``attention_decode_fp8_s``, ``moe_experts_s``,
+  ``moe_alltoall_s``) are answered like the others, with their domains and
+  extrapolated shares. A fit without one of them answers it by the roofline
+  predictor's method of the same name (:attr:`FittedPredictor.roofline_answered`
+  lists those called; their share is 1). They are not part of
+  ``fallback_classes``, which stays about the dense classes every model runs.
 """
 
 from __future__ import annotations
@@ -74,7 +81,7 @@ import pandas as pd
 
 from lmmsim.catalog import GpuSpec, LinkSpec
 from lmmsim.costmodel import opdata
-from lmmsim.costmodel.features import CLASSES, LINK_CLASSES, class_features, row_ops
+from lmmsim.costmodel.features import CLASSES, LINK_CLASSES, class_features, code, row_ops
 from lmmsim.costmodel.fitstore import LoadedClass, load_fit
 from lmmsim.costmodel.roofline import RooflinePredictor
 
@@ -105,10 +112,11 @@ class FittedPredictor:
         classes = self.fit.classes
         self.fallback_classes: tuple[str, ...] = tuple(c for c in opdata.FITTED_CLASSES if c not in classes)
         self.derived_classes: dict[str, str] = {c: lc.derived_from for c, lc in classes.items() if lc.derived_from}
-        self.extrapolated: dict[str, int] = {c: 0 for c in opdata.FITTED_CLASSES}
+        self.extrapolated: dict[str, int] = {c: 0 for c in opdata.ALL_FITTED_CLASSES}
         # Predicted seconds of every evaluation, and of those outside the data, per class.
-        self.predicted_s: dict[str, float] = {c: 0.0 for c in opdata.FITTED_CLASSES}
-        self.extrapolated_s: dict[str, float] = {c: 0.0 for c in opdata.FITTED_CLASSES}
+        self.predicted_s: dict[str, float] = {c: 0.0 for c in opdata.ALL_FITTED_CLASSES}
+        self.extrapolated_s: dict[str, float] = {c: 0.0 for c in opdata.ALL_FITTED_CLASSES}
+        self.roofline_answered: set[str] = set()  # FP8 / MoE classes the fit lacks, answered by the roofline
 
         self._fn = {c: self._scalar_fn(c, classes[c]) if c in classes else self._no_data_fn(c)
                     for c in opdata.FITTED_CLASSES}
@@ -132,11 +140,24 @@ class FittedPredictor:
             self._decode = self._fn["attention_decode"]  # closed form: no memo
         else:
             self._decode = self._gridded_decode()
+        self._extra = {c: self._scalar_fn(c, classes[c]) if c in classes else None
+                       for c in opdata.EXTRA_FITTED_CLASSES}
+        self._memo.update({c: {} for c in opdata.EXTRA_FITTED_CLASSES})
+        decode8 = classes.get("attention_decode_fp8")
+        if decode8 is not None and decode8.kind == "forest":
+            self._extra["attention_decode_fp8"] = self._gridded_decode("attention_decode_fp8")
 
     def describe(self) -> str:
         """One line for a run summary: which classes are fitted, derived, or fall back."""
-        fitted = [f"{c} ({self._estimators(lc)})" for c, lc in self.fit.classes.items() if not lc.derived_from]
+        fitted = [f"{c} ({self._estimators(lc)})" for c, lc in self.fit.classes.items()
+                  if not lc.derived_from and c in opdata.FITTED_CLASSES]
         parts = [f"fitted: {', '.join(fitted) or 'none'}"]
+        # FP8 / MoE classes only once a run used them (a dense model's summary stays as it was)
+        used = [c for c in opdata.EXTRA_FITTED_CLASSES if self.predicted_s[c] > 0 and c in self.fit.classes]
+        if used:
+            parts.append("fitted FP8/MoE: " + ", ".join(f"{c} ({self.fit.classes[c].estimator_name})" for c in used))
+        if self.roofline_answered:
+            parts.append("FP8/MoE by roofline: " + ", ".join(sorted(self.roofline_answered)))
         if self.derived_classes:
             parts.append("derived: " + ", ".join(f"{c} from {g}" for c, g in self.derived_classes.items()))
         if self.fallback_classes:
@@ -155,8 +176,8 @@ class FittedPredictor:
         calls outside the data (module docstring, "Extrapolated share"), in [0, 1]."""
         share = {c: (self.extrapolated_s[c] / t if t > 0 else 0.0)
                  for c, t in self.predicted_s.items() if t > 0 or self.extrapolated[c]}
-        share.update({c: 1.0 for c in (*self.fallback_classes, *self.derived_classes)})
-        return {c: share[c] for c in opdata.FITTED_CLASSES if c in share}
+        share.update({c: 1.0 for c in (*self.fallback_classes, *self.derived_classes, *self.roofline_answered)})
+        return {c: share[c] for c in opdata.ALL_FITTED_CLASSES if c in share}
 
     # ------------------------------------------------------------ building
     def _no_data_fn(self, op_class: str):
@@ -219,10 +240,10 @@ class FittedPredictor:
 
     DECODE_GRID = 32  # grid points per octave of a forest decode model's context sum
 
-    def _gridded_decode(self):
+    def _gridded_decode(self, op_class: str = "attention_decode"):
         """Decode attention of a forest, interpolated between memoised grid points in log2(context_sum)."""
-        memo, fn, store, steps = self._memo["attention_decode"], self._fn["attention_decode"], self._store, \
-            self.DECODE_GRID
+        fn = self._fn[op_class] if op_class in self._fn else self._extra[op_class]
+        memo, store, steps = self._memo[op_class], self._store, self.DECODE_GRID
 
         def at(i: int, batch, heads, kv_heads, head_dim) -> float:
             key = (i, batch, heads, kv_heads, head_dim)
@@ -346,6 +367,96 @@ class FittedPredictor:
             t = self._store(self._p2p_memo, num_bytes, self._fn["p2p"](num_bytes))
         return t
 
+    # ------------------------------------------------ FP8 and MoE operators
+    def _extra_s(self, op_class: str, key: tuple, args: tuple) -> float:
+        """``op_class``'s time for the call ``key`` (memoised; ``args``: its numeric form), from the
+        fit, else from the roofline predictor's method of that name (module docstring)."""
+        memo = self._memo[op_class]
+        t = memo.get(key)
+        if t is None:
+            fn = self._extra[op_class]
+            if fn is None:
+                roof = getattr(self._roof, op_class + "_s", None)
+                if roof is None:
+                    raise NotImplementedError(f"{op_class}: not in the fit {self.fit_folder}, and the roofline "
+                                              f"predictor has no {op_class}_s")
+                self.roofline_answered.add(op_class)
+                return self._store(memo, key, roof(*key))
+            t = self._store(memo, key, fn(*args))
+        return t
+
+    def gemm_fp8_s(self, m: int, n: int, k: int) -> float:
+        """``[m, k] x [k, n]`` W8A8 FP8 matmul (per-tensor scales, input quantisation included); 0 if empty."""
+        if m <= 0 or n <= 0 or k <= 0:
+            return 0.0
+        key = (m, n, k)
+        return self._extra_s("gemm_fp8", key, key)
+
+    def attention_decode_fp8_s(self, batch: int, context_sum: int, num_heads: int, num_kv_heads: int,
+                               head_dim: int) -> float:
+        """Decode attention as :meth:`attention_decode_s`, over an FP8 KV cache."""
+        if batch <= 0:
+            return 0.0
+        key = (batch, context_sum, num_heads, num_kv_heads, head_dim)
+        fn = self._extra["attention_decode_fp8"]
+        if fn is not None and self.fit.classes["attention_decode_fp8"].kind == "forest":
+            return fn(*key)  # gridded: memoised per grid point
+        return self._extra_s("attention_decode_fp8", key, key)
+
+    def moe_experts_s(self, tokens: int, hidden: int, inter: int, num_experts: int, topk: int, moe_tp: int,
+                      moe_ep: int, dtype: str = "bf16", routing: str = "balanced") -> float:
+        """One MoE layer's expert computation on one GPU: ``tokens`` = the batch before dispatch
+        (:mod:`lmmsim.profiler.aiconfigurator_moe`), experts ``inter / moe_tp`` wide, ``num_experts /
+        moe_ep`` of them here; ``dtype`` bf16 | fp8, ``routing`` balanced | power_law_1.01 | power_law_1.2."""
+        if tokens <= 0:
+            return 0.0
+        key = (tokens, hidden, inter, num_experts, topk, moe_tp, moe_ep, dtype, routing)
+        t = self._memo["moe_experts"].get(key)
+        if t is None:
+            t = self._extra_s("moe_experts", key, (*key[:7], code("dtype", dtype), code("routing", routing)))
+        return t
+
+    def moe_alltoall_s(self, tokens: int, hidden: int, topk: int, ep: int, phase: str) -> float:
+        """DeepEP ``phase`` (dispatch | combine) of ``tokens`` per EP rank over ``ep`` ranks; 0 for one rank."""
+        if ep <= 1 or tokens <= 0:
+            return 0.0
+        key = (tokens, hidden, topk, ep, phase)
+        t = self._memo["moe_alltoall"].get(key)
+        if t is None:
+            t = self._extra_s("moe_alltoall", key, (*key[:4], code("phase", phase)))
+        return t
+
+    def _extra_parts(self, op_class: str, t: float, args: tuple) -> tuple[float, float]:
+        """``(compute_s, memory_s)`` of a fitted FP8 / MoE call (the bucket its fitted roofline puts it in)."""
+        if t == 0.0 or op_class in LINK_CLASSES:
+            return (0.0, t)
+        return (t, 0.0) if self._compute_bound(op_class, *args) else (0.0, t)
+
+    def gemm_fp8_parts(self, m: int, n: int, k: int) -> tuple[float, float]:
+        if "gemm_fp8" not in self.fit.classes:
+            return self._roof.gemm_fp8_parts(m, n, k)
+        return self._extra_parts("gemm_fp8", self.gemm_fp8_s(m, n, k), (m, n, k))
+
+    def attention_decode_fp8_parts(self, batch: int, context_sum: int, num_heads: int, num_kv_heads: int,
+                                   head_dim: int) -> tuple[float, float]:
+        args = (batch, context_sum, num_heads, num_kv_heads, head_dim)
+        if "attention_decode_fp8" not in self.fit.classes:
+            return self._roof.attention_decode_fp8_parts(*args)
+        return self._extra_parts("attention_decode_fp8", self.attention_decode_fp8_s(*args), args)
+
+    def moe_experts_parts(self, tokens: int, hidden: int, inter: int, num_experts: int, topk: int, moe_tp: int,
+                          moe_ep: int, dtype: str = "bf16", routing: str = "balanced") -> tuple[float, float]:
+        key = (tokens, hidden, inter, num_experts, topk, moe_tp, moe_ep, dtype, routing)
+        if "moe_experts" not in self.fit.classes:
+            return self._roof.moe_experts_parts(*key)
+        args = (*key[:7], code("dtype", dtype), code("routing", routing))
+        return self._extra_parts("moe_experts", self.moe_experts_s(*key), args)
+
+    def moe_alltoall_parts(self, tokens: int, hidden: int, topk: int, ep: int, phase: str) -> tuple[float, float]:
+        if "moe_alltoall" not in self.fit.classes:
+            return self._roof.moe_alltoall_parts(tokens, hidden, topk, ep, phase)
+        return (0.0, self.moe_alltoall_s(tokens, hidden, topk, ep, phase))
+
     # -------------------------------------------------------------- parts
     def gemm_parts(self, m: int, n: int, k: int) -> tuple[float, float]:
         if "gemm" not in self.fit.classes:
@@ -414,10 +525,10 @@ def extrapolated_share(predictors) -> dict[str, float] | None:
     extra: dict[str, float] = {}
     no_data: set[str] = set()
     for p in fitted:
-        no_data.update(p.fallback_classes, p.derived_classes)
+        no_data.update(p.fallback_classes, p.derived_classes, p.roofline_answered)
         for c, t in p.predicted_s.items():
             total[c] = total.get(c, 0.0) + t
             extra[c] = extra.get(c, 0.0) + p.extrapolated_s[c]
     share = {c: extra[c] / t for c, t in total.items() if t > 0}
     share.update({c: 1.0 for c in no_data})
-    return {c: round(share[c], 6) for c in opdata.FITTED_CLASSES if c in share}
+    return {c: round(share[c], 6) for c in opdata.ALL_FITTED_CLASSES if c in share}

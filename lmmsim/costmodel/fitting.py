@@ -129,7 +129,8 @@ def fit_profile(profile_dir: Path, gpu: GpuSpec, *, out: Path | None = None, cla
     ``out``: the fit folder (default ``profile_dir/fit``), which receives
     ``model.json``, ``<class>.forest.npz``, ``report.md`` and
     ``pred_vs_measured.png``. ``classes``: a subset of
-    :data:`~lmmsim.costmodel.opdata.FITTED_CLASSES`. ``interconnect``: the link
+    :data:`~lmmsim.costmodel.opdata.ALL_FITTED_CLASSES` (default all; an FP8 / MoE class
+    without rows is left out silently, a dense one is reported as skipped). ``interconnect``: the link
     the collectives were measured on (default: ``meta.json``'s
     ``interconnect`` name on ``gpu``, else NVLink, else the first link). A
     class with fewer than :data:`MIN_ROWS` usable rows is skipped (reported;
@@ -144,17 +145,18 @@ def fit_profile(profile_dir: Path, gpu: GpuSpec, *, out: Path | None = None, cla
 
     profile_dir = Path(profile_dir)
     out = Path(out) if out is not None else profile_dir / "fit"
-    classes = tuple(classes) if classes is not None else opdata.FITTED_CLASSES
+    classes = tuple(classes) if classes is not None else opdata.ALL_FITTED_CLASSES
     unknown = [c for c in classes if c not in CLASSES]
     if unknown:
-        raise ValueError(f"unknown classes {unknown}; fitted classes: {', '.join(opdata.FITTED_CLASSES)}")
+        raise ValueError(f"unknown classes {unknown}; fitted classes: {', '.join(opdata.ALL_FITTED_CLASSES)}")
     meta = opdata.read_meta(profile_dir)
     link = _profile_link(gpu, meta, interconnect)
     fit = Fit(gpu.name, {"path": str(profile_dir), "meta": meta}, {})
     for op_class in classes:
         df = opdata.read_class(profile_dir, op_class)
         if df is None:
-            fit.skipped[op_class] = "no rows in the profile"
+            if op_class in opdata.FITTED_CLASSES:  # an FP8 / MoE class a profile lacks is no news
+                fit.skipped[op_class] = "no rows in the profile"
             continue
         df = usable_rows(op_class, df)
         if len(df) < MIN_ROWS:
@@ -165,7 +167,8 @@ def fit_profile(profile_dir: Path, gpu: GpuSpec, *, out: Path | None = None, cla
             fit.skipped[op_class] = "no interconnect link to scale the collective"
             continue
         fit.peaks[op_class] = list(peaks)
-        fit.classes[op_class] = fit_class(op_class, df, peaks, _prior(op_class, gpu, link))
+        fit.classes[op_class] = fit_class(op_class, df, peaks, _prior(op_class, gpu, link),
+                                          CLASSES[op_class].estimators or ESTIMATORS)
     if not fit.classes:
         raise UserError(str(profile_dir), _nothing_fitted(fit.skipped))
     save_fit(out, fit)
@@ -220,7 +223,7 @@ def validate(fit_folder: Path, profile_dir: Path, gpu: GpuSpec | None = None,
     in_sample = (bool(fitted_path) and Path(fitted_path).resolve() == profile_dir.resolve()) or (
         bool(meta) and meta == fitted_meta.get("meta"))
     rows = []
-    for op_class in opdata.FITTED_CLASSES:
+    for op_class in opdata.ALL_FITTED_CLASSES:
         df = opdata.read_class(profile_dir, op_class)
         if df is None:
             continue
@@ -239,7 +242,7 @@ def validate(fit_folder: Path, profile_dir: Path, gpu: GpuSpec | None = None,
             cols = opdata.SHAPE_COLUMNS[op_class]
             try:
                 pred = np.array([method(*row) for row in df[list(cols)].itertuples(index=False)], float)
-            except ValueError:
+            except (ValueError, NotImplementedError):  # NotImplementedError: no roofline for an FP8 / MoE class
                 continue
             kind, derived = "roofline-v0", None
         err = ape(pred, measured)

@@ -37,6 +37,12 @@ from lmmsim.errors import UserError, choices
 #: LLaVA-OneVision's video processor resizes each frame to 384 x 384 and normalises it,
 #: the work SigLIP's image processor does (the profile has no LLaVA-OneVision video rows).
 VIDEO_AS_IMAGES = {"llava_onevision": "siglip"}
+#: Image families priced with another family's measured processor while a profile has no rows
+#: of their own: Llama 4's processor (resize into a canvas of up to 16 tiles of 336 px, pad,
+#: normalise, split, plus a 336-px global tile) does the per-pixel work of InternVL's
+#: (``GotOcr2ImageProcessor``: resize into up to 12 tiles of 448 px + a thumbnail). A proxy, not
+#: a measurement: Llama 4 ships only a torch ("fast") processor, the shipped profile times slow ones.
+IMAGE_AS = {"llama4": "internvl"}
 
 
 class Curve:
@@ -165,7 +171,13 @@ class HostCosts:
         family = self._families[modality]
         if modality == "video" and self.profile.curve("video_processor", (family, self.variant)) is None:
             return "image_processor", VIDEO_AS_IMAGES.get(family, family)
+        if modality == "image" and self.profile.curve("image_processor", (family, self.variant)) is None:
+            return "image_processor", IMAGE_AS.get(family, family)
         return f"{modality}_processor", family
+
+    def _image_processor_key(self) -> tuple[str, tuple[str, str]]:
+        op, family = self._processor("image")
+        return op, (family, self.variant)
 
     def _tokenize_curve(self) -> Curve | None:
         groups = self.profile.groups("tokenize")
@@ -218,7 +230,7 @@ class HostCosts:
     def _image_ms(self, pixels: float) -> tuple[float, float]:
         p = self.profile
         return (p.curve("image_decode", (self.image_format,)).ms(pixels),
-                p.curve("image_processor", (self._families["image"], self.variant)).ms(pixels))
+                p.curve(*self._image_processor_key()).ms(pixels))
 
     def _video_ms(self, frames: int, w: int, h: int) -> tuple[float, float]:
         return self._video_decode_ms(frames, w * h), self._video_processor_ms(frames, w * h)

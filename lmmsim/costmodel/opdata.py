@@ -27,6 +27,18 @@ class (file stem)      shape columns                                         pre
 ``sm_limit``           ``family, sm_fraction, num_units, seq_len``           SM-share curve (calibration)
 =====================  ====================================================  ==============================
 
+FP8 and mixture-of-experts classes (:data:`EXTRA_FITTED_CLASSES`; what the
+aiconfigurator tables behind them measure: :mod:`lmmsim.profiler.aiconfigurator_moe`),
+each answered by the predictor method of its name + ``_s``:
+
+* ``gemm_fp8``: ``m, n, k``, a W8A8 FP8 GEMM (per-tensor scales, input quantisation included);
+* ``attention_decode_fp8``: as ``attention_decode``, over an FP8 KV cache;
+* ``moe_experts``: ``tokens, hidden, inter, num_experts, topk, moe_tp, moe_ep, dtype, routing``:
+  one MoE layer's experts on one GPU, ``tokens`` the batch before dispatch, ``dtype``
+  :data:`MOE_DTYPES`, ``routing`` :data:`MOE_ROUTINGS`;
+* ``moe_alltoall``: ``tokens, hidden, topk, ep, phase``: an all-to-all ``phase``
+  (:data:`A2A_PHASES`) of ``tokens`` per EP rank.
+
 Optional columns on every class: ``source`` (model or tool the shape came
 from), ``dtype``, ``repeats``.
 
@@ -61,6 +73,10 @@ SHAPE_COLUMNS: dict[str, tuple[str, ...]] = {
     "elementwise": ("num_bytes",),
     "allreduce": ("num_bytes", "world"),
     "p2p": ("num_bytes",),
+    "gemm_fp8": ("m", "n", "k"),
+    "attention_decode_fp8": ("batch", "context_sum", "num_heads", "num_kv_heads", "head_dim"),
+    "moe_experts": ("tokens", "hidden", "inter", "num_experts", "topk", "moe_tp", "moe_ep", "dtype", "routing"),
+    "moe_alltoall": ("tokens", "hidden", "topk", "ep", "phase"),
     "encoder_layer": ("family", "num_units", "seq_len", "hidden_size", "num_heads", "intermediate_size",
                       "window_tokens", "tp"),
     "sm_limit": ("family", "sm_fraction", "num_units", "seq_len"),
@@ -68,6 +84,18 @@ SHAPE_COLUMNS: dict[str, tuple[str, ...]] = {
 
 #: Classes a fitted predictor replaces (the others validate or calibrate).
 FITTED_CLASSES = ("gemm", "attention_prefill", "attention_decode", "elementwise", "allreduce", "p2p")
+#: Fitted classes of FP8 and mixture-of-experts models. Kept apart from FITTED_CLASSES: a
+#: GPU's fit may lack them without falling back for the dense classes, and ``lmmsim fit
+#: --derive-from`` carries only the dense classes to another GPU (these depend on kernels
+#: that differ per architecture).
+EXTRA_FITTED_CLASSES = ("gemm_fp8", "attention_decode_fp8", "moe_experts", "moe_alltoall")
+ALL_FITTED_CLASSES = FITTED_CLASSES + EXTRA_FITTED_CLASSES
+#: Shape columns that hold names, not numbers.
+TEXT_COLUMNS = ("causal", "family", "dtype", "routing", "phase")
+#: Their valid values (``causal`` is a flag, ``family`` free text).
+MOE_DTYPES = ("bf16", "fp8")
+MOE_ROUTINGS = ("balanced", "power_law_1.01", "power_law_1.2")
+A2A_PHASES = ("dispatch", "combine")
 
 #: Canonical elementwise kernels (the ``op`` of ``elementwise_s``) and what each moves.
 #: ``num_bytes`` follows :mod:`lmmsim.costmodel.composed` (bf16 = 2 bytes per element).
@@ -206,7 +234,7 @@ def read_class(folder: Path, op_class: str) -> pd.DataFrame | None:
     if not path.exists():
         return None
     shape = SHAPE_COLUMNS[op_class]
-    numeric = [c for c in (*shape, "time_ms") if c not in ("causal", "family")]
+    numeric = [c for c in (*shape, "time_ms") if c not in TEXT_COLUMNS]
     df = read_table(path, required=(*shape, "time_ms"), numeric=numeric, flags=("causal",))
     return df if len(df) else None
 

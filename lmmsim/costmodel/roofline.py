@@ -57,6 +57,7 @@ pure-traffic kernels included) it is memory-bound, ``(0.0, kernel_s)``. So
 from __future__ import annotations
 
 from lmmsim.catalog import GpuSpec, LinkSpec
+from lmmsim.costmodel.moe import busiest_rank
 from lmmsim.costmodel.transfer import transfer_s
 
 BYTES_BF16 = 2
@@ -79,6 +80,8 @@ class RooflinePredictor:
         self._memory_rate = gpu.hbm_bytes_per_s * eff.memory_max  # B/s at saturation
         self._memory_half = eff.memory_half_bytes
         self._launch_s = eff.kernel_launch_us / 1e6
+        # FP8 tensor cores: same efficiency curve at the FP8 peak (None: the GPU has none).
+        self._fp8_rate = gpu.peak_fp8_tflops * 1e12 * eff.compute_max if gpu.peak_fp8_tflops else None
 
     # ------------------------------------------------------------------ core
     def kernel_s(self, flops: float, num_bytes: float) -> float:
@@ -91,6 +94,20 @@ class RooflinePredictor:
         """``(compute_s, memory_s)`` of :meth:`kernel_s`: the whole time (launch
         included) goes to the binding term; ``sum(...) == kernel_s(...)`` exactly."""
         t_compute = (flops + self._compute_half) / self._compute_rate if flops > 0 else 0.0
+        t_memory = (num_bytes + self._memory_half) / self._memory_rate if num_bytes > 0 else 0.0
+        if t_compute > t_memory:
+            return (t_compute + self._launch_s, 0.0)
+        return (0.0, t_memory + self._launch_s)
+
+    def kernel_fp8_s(self, flops: float, num_bytes: float) -> float:
+        """:meth:`kernel_s` with the arithmetic on FP8 tensor cores (W8A8 GEMMs)."""
+        return sum(self.kernel_fp8_parts(flops, num_bytes))
+
+    def kernel_fp8_parts(self, flops: float, num_bytes: float) -> tuple[float, float]:
+        """``(compute_s, memory_s)`` of :meth:`kernel_fp8_s`."""
+        if self._fp8_rate is None:
+            raise ValueError(f"{self.gpu.name} has no FP8 tensor cores (peak_fp8_tflops is not set)")
+        t_compute = (flops + self._compute_half) / self._fp8_rate if flops > 0 else 0.0
         t_memory = (num_bytes + self._memory_half) / self._memory_rate if num_bytes > 0 else 0.0
         if t_compute > t_memory:
             return (t_compute + self._launch_s, 0.0)
@@ -224,6 +241,82 @@ class RooflinePredictor:
         """``(0.0, p2p_s(num_bytes))``: link-bound, counted as memory-bound time."""
         return (0.0, self.p2p_s(num_bytes))
 
+    # ------------------------------------------------------- FP8 and MoE
+    def gemm_fp8_s(self, m: int, n: int, k: int) -> float:
+        """W8A8 FP8 ``[m, k] x [k, n]`` matmul: ``2mnk`` FLOPs at the FP8 peak; weights and
+        input activations 1 byte per element, the bf16 output 2 (``mk + kn + 2mn`` bytes)."""
+        return sum(self.gemm_fp8_parts(m, n, k))
+
+    def gemm_fp8_parts(self, m: int, n: int, k: int) -> tuple[float, float]:
+        """``(compute_s, memory_s)`` of :meth:`gemm_fp8_s`."""
+        if m <= 0 or n <= 0 or k <= 0:
+            return (0.0, 0.0)
+        return self.kernel_fp8_parts(2.0 * m * n * k, m * k + k * n + BYTES_BF16 * m * n)
+
+    def attention_decode_fp8_s(
+        self, batch: int, context_sum: int, num_heads: int, num_kv_heads: int, head_dim: int
+    ) -> float:
+        """:meth:`attention_decode_s` over an FP8 KV cache: the K and V reads are 1 byte per
+        element (half); the arithmetic stays bf16 (the kernel dequantises as it loads)."""
+        return sum(self.attention_decode_fp8_parts(batch, context_sum, num_heads, num_kv_heads, head_dim))
+
+    def attention_decode_fp8_parts(
+        self, batch: int, context_sum: int, num_heads: int, num_kv_heads: int, head_dim: int
+    ) -> tuple[float, float]:
+        """``(compute_s, memory_s)`` of :meth:`attention_decode_fp8_s`."""
+        if batch <= 0:
+            return (0.0, 0.0)
+        flops = 4.0 * num_heads * head_dim * context_sum
+        num_bytes = head_dim * (2 * context_sum * num_kv_heads + BYTES_BF16 * 2 * batch * num_heads)
+        return self.kernel_parts(flops, num_bytes)
+
+    def moe_experts_s(self, tokens: int, hidden: int, inter: int, num_experts: int, topk: int,
+                      moe_tp: int, moe_ep: int, dtype: str = "bf16", routing: str = "balanced") -> float:
+        """The routed experts of one MoE layer on one GPU (gated: gate/up GEMM, activation,
+        down GEMM, as vLLM's fused MoE runs them).
+
+        ``tokens`` enter the layer on this EP group before dispatch, each routed to
+        ``topk`` of ``num_experts`` experts (aiconfigurator's moe_perf ``num_tokens``);
+        experts are split over ``moe_ep`` ranks and each over ``moe_tp`` GPUs
+        (``inter / moe_tp`` columns here). The most loaded rank decides
+        (:func:`lmmsim.costmodel.moe.busiest_rank`: ``pairs`` token-expert assignments,
+        ``touched`` experts that receive at least one token): FLOPs
+        ``2 x 3 x pairs x hidden x inter / moe_tp``; bytes: the touched experts' weights
+        read once plus the activations in and out of each kernel. ``dtype`` ``fp8``: FP8
+        weights and inputs (1 byte), FP8 tensor-core peak; outputs bf16.
+        """
+        return sum(self.moe_experts_parts(tokens, hidden, inter, num_experts, topk, moe_tp, moe_ep, dtype, routing))
+
+    def moe_experts_parts(self, tokens: int, hidden: int, inter: int, num_experts: int, topk: int,
+                          moe_tp: int, moe_ep: int, dtype: str = "bf16", routing: str = "balanced"):
+        """``(compute_s, memory_s)`` of :meth:`moe_experts_s`, kernel by kernel."""
+        if tokens <= 0:
+            return (0.0, 0.0)
+        kernels = moe_expert_kernels(tokens, hidden, inter, num_experts, topk, moe_tp, moe_ep, dtype, routing)
+        gemm = self.kernel_fp8_parts if dtype == "fp8" else self.kernel_parts
+        c = m = 0.0
+        for flops, num_bytes in kernels:
+            kc, km = gemm(flops, num_bytes) if flops else (0.0, self.elementwise_s(num_bytes))
+            c += kc
+            m += km
+        return (c, m)
+
+    def moe_alltoall_s(self, tokens: int, hidden: int, topk: int, ep: int, phase: str = "dispatch") -> float:
+        """DeepEP-style dispatch (``phase`` "dispatch") or combine ("combine") on one rank
+        holding ``tokens`` tokens: one bf16 copy per (token, expert) -- DeepEP's
+        low-latency kernels send per expert -- of which ``(ep - 1) / ep`` leave the GPU,
+        ``tokens x topk x hidden x 2 x (ep - 1) / ep`` bytes over the interconnect, plus
+        one link latency (every peer is reached at once). Both phases move the same bytes."""
+        if ep <= 1 or tokens <= 0:
+            return 0.0
+        link = self._link()
+        num_bytes = tokens * topk * hidden * BYTES_BF16 * (ep - 1) / ep
+        return num_bytes / (link.bandwidth_gbs * 1e9) + link.latency_us / 1e6
+
+    def moe_alltoall_parts(self, tokens: int, hidden: int, topk: int, ep: int, phase: str = "dispatch"):
+        """``(0.0, moe_alltoall_s(...))``: link-bound."""
+        return (0.0, self.moe_alltoall_s(tokens, hidden, topk, ep, phase))
+
     def _link(self) -> LinkSpec:
         if self.interconnect is None:
             raise ValueError(f"{self.gpu.name}: a collective over several GPUs needs an interconnect link")
@@ -231,6 +324,26 @@ class RooflinePredictor:
 
 
 # ------------------------------------------------------------------ work
+def moe_expert_kernels(tokens: int, hidden: int, inter: int, num_experts: int, topk: int, moe_tp: int,
+                       moe_ep: int, dtype: str, routing: str) -> list[tuple[float, float]]:
+    """(FLOPs, bytes) of the kernels of :meth:`RooflinePredictor.moe_experts_s` on the busiest
+    rank: the permute (gather of each token's routed copies), the gate/up GEMM, the gated
+    activation, the down GEMM and the unpermute (top-k weighted sum back to token order).
+    The scope is vLLM's fused-experts call, which aiconfigurator's moe_perf times (sort and
+    permute to top-k sum included, router and all-to-alls not), so the roofline and a
+    fitted ``moe_experts`` answer for the same kernels. Zero-FLOP entries are elementwise."""
+    pairs, touched = busiest_rank(tokens, num_experts, topk, moe_ep, routing)
+    i = -(-inter // moe_tp)
+    w = 1 if dtype == "fp8" else BYTES_BF16  # weights and GEMM inputs
+    return [
+        (0.0, 2 * pairs * hidden * BYTES_BF16),  # permute: read and write each routed copy
+        (2.0 * pairs * hidden * 2 * i, touched * hidden * 2 * i * w + pairs * (hidden * w + 2 * i * BYTES_BF16)),
+        (0.0, pairs * 3 * i * BYTES_BF16),  # read gate|up, write the product
+        (2.0 * pairs * i * hidden, touched * i * hidden * w + pairs * (i * w + hidden * BYTES_BF16)),
+        (0.0, (pairs + -(-pairs // topk)) * hidden * BYTES_BF16),  # unpermute: read the copies, write tokens
+    ]
+
+
 # (FLOPs, HBM bytes) of one kernel; the formulas are explained in the
 # docstrings of the matching RooflinePredictor methods.
 def _gemm_work(m: int, n: int, k: int) -> tuple[float, int]:

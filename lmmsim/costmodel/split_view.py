@@ -54,6 +54,44 @@ class Split:
 
 
 OPS = ("gemm", "attention_prefill", "attention_decode", "elementwise", "allreduce", "p2p")
+# Operators of MoE and FP8 models. A predictor may lack them (a fitted one gets them from
+# measured tables when it has those); :class:`ExtraOps` then answers with the roofline on
+# the same GPU, so a dense bf16 model never needs them and never changes.
+EXTRA_OPS = ("gemm_fp8", "attention_decode_fp8", "moe_experts", "moe_alltoall")
+
+
+def fallback_roofline(predictor, gpu: GpuSpec) -> RooflinePredictor:
+    """The roofline that stands in for ``predictor``'s missing operators: itself, a fitted
+    predictor's own fallback (``_roof``, with its interconnect), or a new one on ``gpu``."""
+    if isinstance(predictor, RooflinePredictor):
+        return predictor
+    roof = getattr(predictor, "_roof", None)
+    return roof if isinstance(roof, RooflinePredictor) else RooflinePredictor(gpu, getattr(predictor, "interconnect", None))
+
+
+class ExtraOps:
+    """``*_s`` of :data:`EXTRA_OPS`: the predictor's own where it has them, else the roofline's."""
+
+    def __init__(self, predictor, gpu: GpuSpec):
+        roof = fallback_roofline(predictor, gpu)
+        for op in EXTRA_OPS:
+            setattr(self, op + "_s", getattr(predictor, op + "_s", None) or getattr(roof, op + "_s"))
+
+    @staticmethod
+    def parts(predictor, gpu: GpuSpec) -> dict:
+        """``op -> *_parts`` for :data:`EXTRA_OPS`: the predictor's own; else its ``*_s`` time in
+        the bucket the roofline puts that kernel in; else the roofline's parts."""
+        roof = fallback_roofline(predictor, gpu)
+        out = {}
+        for op in EXTRA_OPS:
+            own, total = getattr(predictor, op + "_parts", None), getattr(predictor, op + "_s", None)
+            ref = getattr(roof, op + "_parts")
+            if own is None and total is not None:
+                def own(*a, _t=total, _ref=ref):
+                    t = _t(*a)
+                    return (t, 0.0) if _ref(*a)[0] > 0 else (0.0, t)
+            out[op] = own or ref
+        return out
 
 
 class BorrowedSplit:
@@ -92,7 +130,7 @@ class SplitView:
     """Predictor facade whose ``*_s`` methods return :class:`Split` pairs, so the
     composition code computes ``(compute_s, memory_s)`` instead of totals."""
 
-    def __init__(self, source):
-        for op in OPS:
-            parts = getattr(source, op + "_parts")
+    def __init__(self, source, extra: dict | None = None):
+        # ``extra``: op -> *_parts for :data:`EXTRA_OPS` (:meth:`ExtraOps.parts`)
+        for op, parts in [*((op, getattr(source, op + "_parts")) for op in OPS), *(extra or {}).items()]:
             setattr(self, op + "_s", lambda *a, _parts=parts, **kw: Split(*_parts(*a, **kw)))

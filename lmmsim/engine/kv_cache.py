@@ -15,7 +15,9 @@ head (``head``). Removing a run of positions from the middle of the queue --
 a resumed request taking back its own cached blocks (:meth:`reclaim`) --
 leaves a hole the head skips. A block at position ``p`` still holds its KV
 while ``p >= head`` and it has not been reclaimed. Pure bookkeeping: O(1) per
-call plus O(log holes) per hole, no per-block state.
+call plus O(log holes) per hole, no per-block state. With prefix caching on,
+:class:`~lmmsim.engine.prefix_cache.PrefixBlockPool` adds per-block state for the
+blocks whose content can be looked up, in the same queue.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ def blocks_for(num_tokens: int, block_size: int) -> int:
 
 
 class BlockPool:
+    prefix_caching = False  # blocks keyed by content: lmmsim.engine.prefix_cache.PrefixBlockPool
+
     def __init__(self, num_blocks: int, block_size: int):
         if num_blocks <= 0:
             raise ValueError("num_blocks must be > 0")

@@ -52,7 +52,9 @@ default as vLLM V1's prefix caching is): a preempted request -- by the budget, b
 priority or for KV blocks -- comes back at the leading full blocks of its KV that
 allocations since its preemption have not reused, and re-encodes only the media items
 not wholly inside them (:mod:`lmmsim.engine.resume_cache`). Off: it recomputes and
-re-encodes everything.
+re-encodes everything. With ``deployment.prefix_caching`` the general lookup
+(:mod:`lmmsim.engine.prefix_cache`) replaces it: a request's own blocks are keyed when it is
+preempted, so it finds them as any lookup finds cached blocks, and ``resume_cache`` is unused.
 Pure Python, no SimPy.
 """
 
@@ -75,7 +77,7 @@ class PriorityScheduler(ContinuousBatchingScheduler):
             raise ValueError(f"budget_preemption must be one of {BUDGET_PREEMPTION}, "
                              f"not {self.budget_preemption!r}")
         self._unreached: dict[int, SeqState] = {}  # "all": this batch's decodes the walk has not passed
-        self.resume_cache = bool(getattr(queue, "resume_cache", False))
+        self.resume_cache = bool(getattr(queue, "resume_cache", False)) and not self.prefix_caching
         self._freed: dict[int, resume_cache.Freed] = {}  # preempted request id -> its blocks in the free queue
 
     # ----------------------------------------------------------- priorities
@@ -116,6 +118,8 @@ class PriorityScheduler(ContinuousBatchingScheduler):
 
     def _resume(self, seq: SeqState) -> None:
         """A preempted request about to be considered for admission starts at its cached prefix."""
+        if self.prefix_caching:  # any waiting request: the general lookup, as its chunk is fitted
+            return
         freed = self._freed.get(seq.request.request_id)
         if freed is None:
             return
@@ -123,10 +127,9 @@ class PriorityScheduler(ContinuousBatchingScheduler):
         seq.num_computed = seq.num_scheduled = cached
         seq.next_media = resume_cache.first_uncached_media(seq.request.media_segments, cached)
 
-    @staticmethod
-    def _unresume(seq: SeqState) -> None:
+    def _unresume(self, seq: SeqState) -> None:
         """Not admitted after all: a waiting request holds nothing (looked up again next time)."""
-        seq.num_computed = seq.num_scheduled = seq.next_media = 0
+        self._unlookup(seq)
 
     def _admit(self, seq: SeqState, n: int, plan: StepPlan, items: list) -> bool:
         rid = seq.request.request_id
@@ -141,13 +144,14 @@ class PriorityScheduler(ContinuousBatchingScheduler):
         return True
 
     def _blocks_freed(self, victim: SeqState, plan: StepPlan) -> int:
-        """KV blocks evicting ``victim`` now gives back."""
+        """KV blocks evicting ``victim`` now gives back (prefix caching: not those others hold)."""
+        shared = self.pool.shared_blocks(victim.request.request_id) if self.prefix_caching else 0
         if not victim.in_decode:
-            return victim.num_blocks
+            return victim.num_blocks - shared
         num_computed = victim.dec_base + victim.cohort.step_no
         in_batch = plan.num_decodes and victim.cohort is self.cohorts[plan.slot]
         extra = 1 if in_batch and num_computed % self.block_size == 0 else 0
-        return blocks_for(num_computed, self.block_size) + extra
+        return blocks_for(num_computed, self.block_size) + extra - shared
 
     def _make_room(self, seq: SeqState, blocks: int, plan: StepPlan, slots: int = 0) -> bool:
         """Evict strictly lower-priority running requests, lowest first, until ``blocks``
@@ -255,7 +259,7 @@ class PriorityScheduler(ContinuousBatchingScheduler):
         self._resume(w)
         n, enc = self._fit(w, min(w.num_tokens - w.num_scheduled, left), enc_left, items)
         slots = self.num_places_taken - self.max_running + 1
-        if n > 0 and self._make_room(w, blocks_for(w.num_scheduled + n, self.block_size), plan, slots):
+        if n > 0 and self._make_room(w, self._kv_need(w, n), plan, slots):
             if self.queue.peek() is not w:
                 self._unresume(w)
                 return 0, 0

@@ -1,8 +1,12 @@
 """Resuming a preempted request from the prefix cache (``policy.queue.resume_cache``).
 
-lmmsim has no prefix cache across requests; this is the narrow part of vLLM V1's
-automatic prefix caching (on by default, and in RPS-Serve's artifact) that its
-preemption by recompute needs: a preempted request finds its own freed blocks again.
+Without ``deployment.prefix_caching`` lmmsim shares no prefix across requests; this is the
+narrow part of vLLM V1's automatic prefix caching (on by default, and in RPS-Serve's
+artifact) that its preemption by recompute needs: a preempted request finds its own freed
+blocks again. With ``deployment.prefix_caching`` the general lookup of
+:mod:`lmmsim.engine.prefix_cache` covers this case too (a preempted request's own blocks
+are keyed for it) and the priority scheduler does not use this module's records;
+:func:`first_uncached_media` serves both.
 
 How vLLM V1 behaves (KVCacheManager and its block pool's free block queue): every full
 block of computed KV carries a hash; freeing a request puts its blocks at the tail of the
@@ -21,8 +25,8 @@ admission, its blocks whose positions the head has passed are gone, the rest -- 
 leading blocks -- survive (:func:`cached_tokens`). The request then starts at the cached
 prefix, its blocks are reclaimed without handing out any other block, and media items
 wholly inside the prefix are not encoded again (:func:`first_uncached_media`).
-Cached blocks of other requests (finished or preempted) are never hit by anyone else:
-there is no cross-request prefix sharing.
+Here, cached blocks of other requests (finished or preempted) are never hit by anyone
+else: that is what ``deployment.prefix_caching`` adds.
 """
 
 from __future__ import annotations

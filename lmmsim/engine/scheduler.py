@@ -59,6 +59,14 @@ scheduled again until it is released: at the batch's completion, or — with
 chunked pipeline parallelism — a prefill chunk that does not finish the prompt
 as soon as it has left the first stage (:meth:`release_chunks`).
 
+Prefix caching (a :class:`~lmmsim.engine.prefix_cache.PrefixBlockPool`, with
+``deployment.prefix_caching``): a waiting request about to be considered is looked up
+(:meth:`_lookup`) and starts at its cached prefix, sharing those blocks; its media items
+wholly inside the prefix are not encoded. Admission takes from the free count only the
+blocks it allocates plus the cached free blocks its hit takes out of the free queue
+(vLLM's accounting). A chunk that fills shareable blocks makes them findable as it is
+scheduled; finishing or preemption gives a request's blocks back by reference.
+
 Roles: a ``prefill_only`` engine hands a request off once its first token is
 sampled (its KV blocks stay held until :meth:`release`); requests that arrive
 already prefilled join decoding through :meth:`reserve` and :meth:`admit_prefilled`.
@@ -72,6 +80,7 @@ from dataclasses import dataclass, field
 from lmmsim.engine.chunk_media import CacheHit, ChunkMediaFit
 from lmmsim.engine.decode_cohort import DecodeCohort
 from lmmsim.engine.kv_cache import BlockPool, blocks_for
+from lmmsim.engine.prefix_cache import PrefixLookup
 from lmmsim.workload.request import Request
 
 NAN = math.nan
@@ -85,7 +94,7 @@ class SeqState:
         "in_decode", "cohort", "dec_base", "gen_base", "finish_step", "num_blocks", "busy", "in_flight",
         "prefill_started_at", "first_token_at", "finished_at",
         "encode_started_at", "encode_finished_at", "num_preemptions", "replica", "status", "reject_reason",
-        "preprocess_started_at", "preprocess_finished_at", "token_spans",
+        "preprocess_started_at", "preprocess_finished_at", "token_spans", "num_cached_tokens",
     )
 
     def __init__(self, request: Request, replica: int = 0):
@@ -118,6 +127,7 @@ class SeqState:
         # Output tokens after the first (lmmsim.metrics.itl): (step_ends, first, stop) per
         # decode stretch in a cohort, and a float for a token a recompute sampled.
         self.token_spans: list = []
+        self.num_cached_tokens = None  # prefix caching: prompt tokens its first admission found cached
 
     @property
     def num_tokens(self) -> int:
@@ -151,7 +161,7 @@ class StepPlan:
         return not self.chunks and not self.num_decodes
 
 
-class ContinuousBatchingScheduler(ChunkMediaFit):
+class ContinuousBatchingScheduler(ChunkMediaFit, PrefixLookup):
     def __init__(
         self,
         queue,
@@ -194,6 +204,10 @@ class ContinuousBatchingScheduler(ChunkMediaFit):
         self._fit = self._fit_local if media == "local" else self._fit_remote
         # Most requests whose prefill tokens one batch may carry (None: any).
         self.max_prefill_requests: int | None = None
+        self.prefix_caching = pool.prefix_caching
+        self._hit = None  # prefix caching: (SeqState, its matched blocks) of the request being considered
+        if self.prefix_caching:  # every scheduler's walk fits a waiting request's chunk before admitting it
+            self._fit_media, self._fit = self._fit, self._fit_looked_up
 
     # ------------------------------------------------------------------ queries
     @property
@@ -277,7 +291,14 @@ class ContinuousBatchingScheduler(ChunkMediaFit):
 
     def release(self, seq: SeqState) -> None:
         """Free the KV blocks of a handed-off request (its KV has left)."""
-        self.pool.free(seq.num_blocks)
+        self._free_blocks(seq)
+
+    def _free_blocks(self, seq: SeqState, preempted: bool = False) -> None:
+        """Give back ``seq``'s KV blocks (prefix caching: by reference, last block first)."""
+        if self.prefix_caching:
+            self.pool.free_request(seq.request, seq.num_blocks, seq.num_computed, preempted)
+        else:
+            self.pool.free(seq.num_blocks)
         seq.num_blocks = 0
 
     def release_chunks(self, plan: StepPlan) -> None:
@@ -293,8 +314,7 @@ class ContinuousBatchingScheduler(ChunkMediaFit):
             self.num_decoding -= 1
         else:
             self.prefilling.remove(seq)
-        self.pool.free(seq.num_blocks)
-        seq.num_blocks = 0
+        self._free_blocks(seq, preempted=True)
         seq.num_computed = 0
         seq.num_scheduled = 0
         seq.next_media = 0
@@ -403,6 +423,8 @@ class ContinuousBatchingScheduler(ChunkMediaFit):
             items: list = []
             n, used = self._fit(seq, min(seq.num_tokens - seq.num_scheduled, budget), enc_left, items)
             if n <= 0 or not self._admit(seq, n, plan, items):
+                if self.prefix_caching:
+                    self._unlookup(seq)
                 break
             queue.pop()
             budget -= n
@@ -441,7 +463,18 @@ class ContinuousBatchingScheduler(ChunkMediaFit):
         """Start a waiting request with a first chunk of ``n`` tokens, if its KV blocks
         fit (no preemption for admissions). The caller removes it from the queue."""
         blocks = blocks_for(seq.num_scheduled + n, self.block_size) - seq.num_blocks  # resumed: holds a prefix
-        if blocks > self.pool.num_free:
+        hit = self._hit
+        if hit is not None and hit[0] is seq:  # prefix caching: share its cached prefix, allocate the rest
+            if self._kv_need(seq, n) > self.pool.num_free:
+                return False
+            shared = hit[1]
+            self.pool.take(seq.request.request_id, shared)
+            self._hit = None
+            seq.num_blocks = len(shared)
+            blocks -= len(shared)
+            if seq.num_cached_tokens is None:  # as vLLM: the hit of its first scheduling
+                seq.num_cached_tokens = seq.num_scheduled
+        elif blocks > self.pool.num_free:
             return False
         self.pool.allocate(blocks)
         seq.num_blocks += blocks
@@ -463,6 +496,8 @@ class ContinuousBatchingScheduler(ChunkMediaFit):
     def _add_chunk(self, plan: StepPlan, seq: SeqState, n: int, items: list) -> None:
         plan.chunks.append((seq, n, seq.num_scheduled))
         seq.num_scheduled += n
+        if self.prefix_caching:
+            self.pool.cache_filled(seq.request, seq.num_scheduled)
         seq.busy = True
         seq.in_flight += 1
         cache = self.encoder_cache
@@ -549,7 +584,6 @@ class ContinuousBatchingScheduler(ChunkMediaFit):
         return finished
 
     def _finish(self, seq: SeqState, ended_at: float) -> None:
-        self.pool.free(seq.num_blocks)
-        seq.num_blocks = 0
+        self._free_blocks(seq)
         seq.finished_at = ended_at
         seq.status = "finished"

@@ -5,6 +5,11 @@ that stage's column (``preprocess_*``: NaN in a run without a host stage); ``sta
 at arrival, with ``reject_reason``; ``unfinished``: arrived before the horizon
 and still in the system there; ``not_arrived``: arrival past the horizon; see
 :mod:`lmmsim.engine.simulation`).
+
+``num_cached_tokens`` (a run with ``deployment.prefix_caching`` only): prompt tokens the
+prefix cache held when the request was first admitted (vLLM's ``num_cached_tokens``;
+0 for a request never admitted). Runs without prefix caching have no such column, so
+their files are byte for byte what they were before it existed.
 """
 
 from __future__ import annotations
@@ -55,10 +60,14 @@ def requests_frame(seqs, gaps: TokenGaps | None = None) -> pd.DataFrame:
         cols["num_media_items"].append(len(r.media_segments))
         cols["num_output_tokens"].append(r.num_output_tokens)
         cols["num_preemptions"].append(s.num_preemptions)
+    cached = [s.num_cached_tokens for s in seqs]
+    if any(c is not None for c in cached):  # some engine caches prefixes
+        cols["num_cached_tokens"] = [c or 0 for c in cached]
     df = pd.DataFrame(cols)
     for c in ("request_id", "replica", "num_prompt_tokens", "num_text_tokens", "num_mm_tokens",
-              "num_media_items", "num_output_tokens", "num_preemptions"):
-        df[c] = df[c].astype(np.int64)
+              "num_media_items", "num_output_tokens", "num_preemptions", "num_cached_tokens"):
+        if c in df:
+            df[c] = df[c].astype(np.int64)
     df["ttft_s"] = df["first_token_at"] - df["arrived_at"]
     df["e2e_s"] = df["finished_at"] - df["arrived_at"]
     decode_tokens = (df["num_output_tokens"] - 1).where(df["num_output_tokens"] > 1)

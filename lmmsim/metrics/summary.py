@@ -19,7 +19,12 @@ nothing else; statuses in :mod:`lmmsim.engine.simulation`):
   in the system at the horizon) and ``rejected`` ones counting as misses;
 * ``slo_violation_severity``: mean of ``ttft / bound - 1`` over the finished
   requests that missed their TTFT bound;
-* ``gpu_utilization`` is each GPU's busy time over the window.
+* ``gpu_utilization`` is each GPU's busy time over the window;
+* ``prefix_cache`` (only when the frame has ``num_cached_tokens``, a run with
+  ``deployment.prefix_caching``): ``hit_rate`` = cached prompt tokens / prompt tokens
+  and ``hit_requests_share`` = share of requests with a hit, both over finished
+  requests; ``cached_tokens`` their sum; ``evictions``: cached blocks handed out again,
+  all engines together (None when the caller did not pass them).
 """
 
 from __future__ import annotations
@@ -97,6 +102,7 @@ def summarize(
     tpot_slo: float | None,
     num_preemptions: int,
     itl=None,
+    prefix_cache_evictions: int | None = None,
 ) -> dict:
     """The run summary of the requests frame ``df`` (positional index, as
     :func:`~lmmsim.metrics.records.requests_frame` builds it); ``itl``: its
@@ -139,6 +145,8 @@ def summarize(
         "num_preemptions": int(num_preemptions),
         "by_modality": {},
     }
+    if "num_cached_tokens" in df:
+        summary["prefix_cache"] = prefix_cache_stats(df[finished], prefix_cache_evictions)
     itl_parts = _itl_by_modality(df, itl)
     for modality, part in df.groupby("modality", sort=True):
         summary["by_modality"][str(modality)] = {
@@ -148,6 +156,18 @@ def summarize(
             "slo_attainment": float(met[part.index].mean()),
         }
     return summary
+
+
+def prefix_cache_stats(done: pd.DataFrame, evictions: int | None) -> dict:
+    """The ``prefix_cache`` block over the finished requests ``done``."""
+    prompt = int(done["num_prompt_tokens"].sum())
+    cached = int(done["num_cached_tokens"].sum())
+    return {
+        "hit_rate": cached / prompt if prompt else None,
+        "hit_requests_share": float(done["num_cached_tokens"].gt(0).mean()) if len(done) else None,
+        "cached_tokens": cached,
+        "evictions": None if evictions is None else int(evictions),
+    }
 
 
 def clean_json(obj):

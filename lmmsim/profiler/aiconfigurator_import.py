@@ -41,10 +41,8 @@ table, and ``batch_size``: the original batch):
   ``attention_decode(batch=b, context_sum=b*(step+1), num_heads=h,
   num_kv_heads=g, head_dim=d)``: each new token attends its ``step`` cached
   keys and its own.
-* **bf16 only**: GEMMs with ``gemm_dtype`` bfloat16 (the ``torch.nn.functional.linear``
-  kernel where the table also has others), attention with ``attn_dtype`` and
-  ``kv_cache_dtype`` bfloat16. FP8 / FP4 rows are left out (counted in
-  ``meta.json``): the simulator costs bf16 models.
+* **bf16** in the dense classes: ``gemm_dtype`` bfloat16 (``torch.nn.functional.linear``),
+  ``attn_dtype`` and ``kv_cache_dtype`` bfloat16; FP8 rows go to the FP8 classes (below), FP4 ones nowhere.
 * **no sliding windows**: only ``window_size == 0``. lmmsim models an encoder's
   windowed attention as separate short sequences, and does not model LLM
   sliding-window attention at all.
@@ -75,6 +73,8 @@ table, and ``batch_size``: the original batch):
 * classes the tables lack (``elementwise``, ``p2p``) are not written; ``lmmsim
   fit PROFILE --derive-from profiles/ops/h100-sxm-80gb/fit`` supplies them as
   rooflines fitted on H100 data, applied at this GPU's peaks.
+* ``gemm_fp8``, ``attention_decode_fp8``, ``moe_experts``, ``moe_alltoall``: what those
+  tables measure and how they map is :mod:`lmmsim.profiler.aiconfigurator_moe`'s docstring.
 * ``base=`` starts from another profile folder (e.g. a Vidur import): its
   classes that this import does not write are copied over (with ``append``,
   its rows of the imported classes are kept as well), and its ``meta.json`` is
@@ -94,6 +94,7 @@ import pandas as pd
 
 from lmmsim.costmodel import opdata
 from lmmsim.errors import UserError, choices
+from lmmsim.profiler import aiconfigurator_moe
 
 PACKAGE = "aiconfigurator-core"
 LICENCE = "Apache-2.0"
@@ -129,11 +130,9 @@ PCIE_ONLY = ("l40s", "rtx_pro_6000_server", "l4", "a100_pcie", "h100_pcie", "a30
 
 B = 2  # bf16 bytes per element
 GEMM_KERNEL_BF16 = "torch.nn.functional.linear"
-
-#: Classes this importer can write.
-CLASSES = ("gemm", "attention_prefill", "attention_decode", "allreduce")
+CLASSES = ("gemm", "attention_prefill", "attention_decode", "allreduce", *aiconfigurator_moe.CLASSES)  # it can write
 #: The files an import may write (checked against a user's files before anything is read).
-OUTPUT_FILES = tuple(opdata.csv_path(Path(), c).name for c in opdata.FITTED_CLASSES) + ("meta.json",)
+OUTPUT_FILES = tuple(opdata.csv_path(Path(), c).name for c in opdata.ALL_FITTED_CLASSES) + ("meta.json",)
 
 
 # ------------------------------------------------------------------ locating the data
@@ -374,7 +373,7 @@ def import_aiconfigurator(out: Path, *, gpu: str, backend: str = "vllm", version
     ``version``: the backend version of the compute tables (default the newest);
     collectives use the same version's custom all-reduce table where there is
     one (else the newest older one) and the newest NCCL table with all-reduce
-    rows. ``classes``: a subset of :data:`CLASSES`. ``base``: a profile folder
+    rows. ``classes``: a subset of :data:`CLASSES` (default its first four). ``base``: a profile folder
     whose other classes are copied in; with ``append``, its rows of the classes
     imported here are kept too, ahead of the new ones (``source`` tells them apart). ``root``: a data tree instead of the
     installed package's (:func:`data_root`). Returns ``{class: rows written}``.
@@ -411,7 +410,7 @@ def import_aiconfigurator(out: Path, *, gpu: str, backend: str = "vllm", version
         "gpu": folder,
         "device": ", ".join(sorted(tables.devices)) or folder,
         "hardware": _CATALOG_NAMES.get(folder) or (base_meta or {}).get("hardware"),
-        "dtype": "bfloat16",
+        "dtype": "bfloat16" + (", fp8" if set(counts) & {"gemm_fp8", "attention_decode_fp8", "moe_experts"} else ""),
         "kernels": kernels,
         "collectives": comm,
         "source_files": sorted(tables.sources),
@@ -429,7 +428,7 @@ def import_aiconfigurator(out: Path, *, gpu: str, backend: str = "vllm", version
 
 
 def _wanted_classes(classes) -> tuple[str, ...]:
-    wanted = tuple(CLASSES if classes is None else classes)
+    wanted = tuple(CLASSES[:4] if classes is None else classes)  # by default the dense ones; FP8 / MoE by name
     unknown = [c for c in wanted if c not in CLASSES]
     if unknown or not wanted:
         raise UserError("--classes", f"unknown class(es) {', '.join(unknown) or '(none given)'}; "
@@ -502,6 +501,7 @@ def _read_frames(t: _Tables, wanted: tuple[str, ...], kernel: str | None, defaul
             t.notes.append(f"no attention/{t.backend}/{t.version}/generation_attention_perf.parquet: no decode rows")
     if "allreduce" in wanted:
         comm = _read_allreduce(t, pcie_only, frames)
+    aiconfigurator_moe.read_frames(t, wanted, t.gpu_dir.name, defaults.get("generation"), frames, kernels)
     return frames, kernels, comm
 
 
@@ -566,7 +566,7 @@ def _copy_base_classes(out: Path, base: Path | None, counts: dict[str, int]) -> 
     """Copy the base profile's fitted classes this import did not write; returns their names."""
     if base is None:
         return []
-    copied = [c for c in opdata.FITTED_CLASSES if c not in counts and opdata.csv_path(base, c).exists()]
+    copied = [c for c in opdata.ALL_FITTED_CLASSES if c not in counts and opdata.csv_path(base, c).exists()]
     for cls in copied:
         shutil.copyfile(opdata.csv_path(base, cls), opdata.csv_path(out, cls))
     return copied
@@ -588,6 +588,7 @@ def _notes(folder: str, counts: dict[str, int], appended: dict[str, int], copied
                      "custom all-reduce (CUDA-graph variant) and NCCL all_reduce (column kernel)"
                      + ("; worlds above 2 NCCL only (no NVLink: vLLM disables its custom all-reduce)"
                         if folder in PCIE_ONLY else ""))
+    notes += [n for n in aiconfigurator_moe.NOTES if n.split(":")[0] in counts]
     if appended:
         notes.append("rows of the base profile kept ahead of the imported ones: "
                      + ", ".join(f"{c} {n}" for c, n in appended.items()))

@@ -32,12 +32,15 @@ from lmmsim.workload.distributions import (
     StrictModel,
     UniformDist,
 )
+from lmmsim.workload.conversation import ConversationSpec
 from lmmsim.workload.reuse import ReuseConfig
+from lmmsim.workload.shared_prefix import SystemPromptSpec, pool_name
 
 __all__ = [
     "ArrivalProcess",
     "AudioSpec",
     "ClosedLoopArrival",
+    "ConversationSpec",
     "DeterministicArrival",
     "EmpiricalDist",
     "FixedDist",
@@ -49,6 +52,7 @@ __all__ = [
     "NormalDist",
     "PoissonArrival",
     "ReuseConfig",
+    "SystemPromptSpec",
     "TraceArrival",
     "UniformDist",
     "VideoSpec",
@@ -99,6 +103,10 @@ class MixClass(StrictModel):
     between each pair (text, item, text, item, ..., text).
     ``output_tokens`` overrides the workload-wide default for this class, and
     ``reuse`` the workload's repeated-media settings (:mod:`lmmsim.workload.reuse`).
+    ``system_prompt`` starts each prompt with one of a few shared system prompts
+    (:mod:`lmmsim.workload.shared_prefix`); ``conversation`` makes each request the first
+    turn of a multi-turn chat whose later turns resend the history
+    (:mod:`lmmsim.workload.conversation`). Both off by default.
     """
 
     name: str = Field(min_length=1)
@@ -110,6 +118,25 @@ class MixClass(StrictModel):
     output_tokens: LengthDist | None = None
     layout: Literal["media_first", "text_first", "interleaved"] = "media_first"
     reuse: ReuseConfig | None = None
+    system_prompt: SystemPromptSpec | None = None
+    conversation: ConversationSpec | None = None
+
+
+def _check_shared_content(mix: list[MixClass], arrival) -> None:
+    """System-prompt pools named alike must agree; conversations need open-loop arrivals."""
+    pools: dict[str, SystemPromptSpec] = {}
+    for k, c in enumerate(mix):
+        if c.conversation is not None and isinstance(arrival, ClosedLoopArrival):
+            raise _error(f"{k}.conversation: not available with a closed_loop arrival (a conversation's turns "
+                         "arrive a turn_gap_s apart; use poisson, gamma or deterministic)")
+        if c.system_prompt is None:
+            continue
+        name = pool_name(c.system_prompt, c.name)
+        other = pools.setdefault(name, c.system_prompt)
+        if (other.tokens, other.variants) != (c.system_prompt.tokens, c.system_prompt.variants):
+            raise _error(f"{k}.system_prompt: classes sharing the system prompts {name!r} must give the same "
+                         f"tokens and variants (here {c.system_prompt.tokens} and {c.system_prompt.variants}, "
+                         f"elsewhere {other.tokens} and {other.variants})")
 
 
 # Requests are generated up front (about 0.5 KB each, and as much again in engine
@@ -127,7 +154,9 @@ class WorkloadConfig(StrictModel):
     ``num_requests`` / ``duration_s`` optionally cap how much of it is replayed.
     A ``closed_loop`` arrival needs ``num_requests``; its times come from the run.
     ``reuse`` repeats media items (:mod:`lmmsim.workload.reuse`) in every class that
-    sets none of its own; off by default.
+    sets none of its own; off by default. With a ``conversation`` class the arrival
+    process gives conversations' first turns, and ``num_requests`` counts turns
+    (:mod:`lmmsim.workload.conversation`).
     """
 
     num_requests: PositiveCount | None = None
@@ -153,6 +182,7 @@ class WorkloadConfig(StrictModel):
             if cls_.name in seen:
                 raise _error(f"class names must be unique; {cls_.name!r} appears more than once")
             seen.add(cls_.name)
+        _check_shared_content(mix, arrival)
         return mix
 
     # Runs only when the key is given (pydantic does not validate defaults), so it

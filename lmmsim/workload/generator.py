@@ -10,7 +10,10 @@ Everything random is drawn vectorised per class; the per-request loop only
 assembles segments and builds :class:`Request` objects. Media items come from
 the model's token rules through a :class:`MediaFactory`, which computes each
 distinct shape once. Repeated media (``reuse``, :mod:`lmmsim.workload.reuse`)
-is applied last, per class, from the ``reuse`` stream.
+is applied last, per class, from the ``reuse`` stream. Shared system prompts
+(:mod:`lmmsim.workload.shared_prefix`) and multi-turn conversations
+(:mod:`lmmsim.workload.conversation`) draw from streams of their own, and only when a
+class asks for them, so a workload without them is exactly as before.
 """
 
 from __future__ import annotations
@@ -23,14 +26,16 @@ import numpy as np
 from lmmsim.errors import UserError
 from lmmsim.workload.arrivals import ClosedLoopArrival, TraceArrival
 from lmmsim.workload.config import MixClass, WorkloadConfig
+from lmmsim.workload.conversation import expand_conversations, first_turn, plan_class
 from lmmsim.workload.request import MediaItem, Request, build_segments, prompt_parts, request_modality
 from lmmsim.workload.reuse import apply_reuse
+from lmmsim.workload.shared_prefix import draw_variants, system_run
 from lmmsim.workload.trace import MediaFactory
 from lmmsim.workload.trace_formats import read_any_trace
 
 #: Independent random streams, in spawn order (append only: reordering changes every run;
 #: a SeedSequence's children do not depend on how many are spawned).
-STREAMS = ("arrivals", "classes", "text", "output", "media", "reuse")
+STREAMS = ("arrivals", "classes", "text", "output", "media", "reuse", "shared", "conversation")
 
 #: Prefix of the scenario keys named in errors.
 CONFIG_KEY = "workload"
@@ -85,6 +90,7 @@ def generate_requests(cfg: WorkloadConfig, model, seed: int, base_dir: Path = Pa
     names = [c.name for c in mix]
     layouts = [c.layout for c in mix]
     reused = _reused_media(cfg, class_of, fixed_media, audio, seeds["reuse"])
+    system = _system_runs(cfg, class_of, seeds["shared"])
     requests = []
     for i, (at, k, text, out, clip) in enumerate(
         zip(times.tolist(), class_of.tolist(), text_tokens.tolist(), output_tokens.tolist(), audio)
@@ -93,7 +99,15 @@ def generate_requests(cfg: WorkloadConfig, model, seed: int, base_dir: Path = Pa
         if media is None:
             media = fixed_media[k] if clip is None else (*fixed_media[k], clip)
         parts = prompt_parts(layouts[k], text, media)
-        requests.append(Request(i, at, modality[k], names[k], build_segments(parts), out))
+        run = system.get(i)
+        if run is None:
+            requests.append(Request(i, at, modality[k], names[k], build_segments(parts), out))
+            continue
+        # the system prompt first; it joins a leading text run (one text segment, two runs)
+        parts = [run[1] + parts[0], *parts[1:]] if isinstance(parts[0], int) else [run[1], *parts]
+        requests.append(Request(i, at, modality[k], names[k], build_segments(parts), out, shared_content=(run,)))
+    if any(c.conversation is not None for c in mix):
+        requests = _conversations(cfg, requests, class_of, seeds["conversation"], base_dir)
     return requests
 
 
@@ -134,6 +148,38 @@ def _reused_media(cfg: WorkloadConfig, class_of, fixed_media, audio, seed) -> di
         media = [fixed_media[k] if audio[j] is None else (*fixed_media[k], audio[j]) for j in members]
         out.update(zip(members, apply_reuse(media, spec, np.random.default_rng(child), c.name)))
     return out
+
+
+def _system_runs(cfg: WorkloadConfig, class_of, seed) -> dict[int, tuple]:
+    """Request index -> its system prompt's ``(key, tokens)`` run, for the classes with a
+    ``system_prompt``; each class draws its variants from its own child of the ``shared`` stream."""
+    out: dict[int, tuple] = {}
+    if all(c.system_prompt is None for c in cfg.mix):
+        return out  # draw nothing: requests stay exactly as without the key
+    for k, (c, child) in enumerate(zip(cfg.mix, seed.spawn(len(cfg.mix)))):
+        if c.system_prompt is None:
+            continue
+        members = np.flatnonzero(class_of == k).tolist()
+        variants = draw_variants(c.system_prompt, np.random.default_rng(child), len(members))
+        out.update((i, system_run(c.system_prompt, c.name, v)) for i, v in zip(members, variants))
+    return out
+
+
+def _conversations(cfg: WorkloadConfig, requests: list[Request], class_of, seed, base_dir) -> list[Request]:
+    """The requests with every conversation class's follow-up turns added
+    (:mod:`lmmsim.workload.conversation`); each class draws from its own child stream."""
+    plans = []
+    for k, (c, child) in enumerate(zip(cfg.mix, seed.spawn(len(cfg.mix)))):
+        if c.conversation is None:
+            continue
+        members = np.flatnonzero(class_of == k).tolist()
+        system_tokens = c.system_prompt.tokens if c.system_prompt is not None else 0
+        for i in members:
+            requests[i] = first_turn(requests[i], system_tokens)
+        out_dist = c.output_tokens if c.output_tokens is not None else cfg.output_tokens
+        plans.append(plan_class(c.conversation, members, requests, c.text_tokens, out_dist,
+                                np.random.default_rng(child), base_dir))
+    return expand_conversations(requests, plans, cfg.num_requests, cfg.duration_s)
 
 
 @contextlib.contextmanager

@@ -68,8 +68,12 @@ class Request:
     ``modality`` is the request's class modality (the richest medium it carries:
     video > image > audio > text); ``class_name`` the workload mix class.
     ``prefix_hash_ids``: the trace's prefix-block hashes (Mooncake's ``hash_ids``,
-    one per 512-token block; equal ids are a shared KV prefix), kept for a prefix
-    cache; no engine reads them yet.
+    one per :data:`TRACE_HASH_BLOCK_TOKENS`-token block; equal ids are a shared KV prefix).
+    ``shared_content``: the same for generated workloads, as runs ``(key, tokens)`` from
+    position 0 (a system prompt, a conversation's earlier turns); two requests whose runs
+    agree up to a position hold the same text up to it. Prompt tokens past the runs are
+    the request's own. :func:`content_runs` gives either as runs; a prefix cache reads
+    only that (media positions are keyed by their ``media_id`` on top, as vLLM's are).
     """
 
     request_id: int
@@ -82,6 +86,10 @@ class Request:
     num_mm_tokens: int = field(init=False)
     media_segments: tuple[PromptSegment, ...] = field(init=False)
     prefix_hash_ids: tuple = ()
+    shared_content: tuple[tuple[object, int], ...] = ()
+    # Content key of the request's answer when later prompts repeat it (a conversation's
+    # next turn): a prefix cache keys the finished request's generated blocks by it.
+    answer_content: object = None
 
     def __post_init__(self) -> None:
         pos = 0
@@ -98,6 +106,25 @@ class Request:
     @property
     def num_text_tokens(self) -> int:
         return self.num_prompt_tokens - self.num_mm_tokens
+
+
+TRACE_HASH_BLOCK_TOKENS = 512  # Mooncake's hash_ids block (FAST'25 trace README)
+
+
+def content_runs(request: Request) -> tuple[tuple[object, int], ...]:
+    """The prompt's leading content as runs ``(key, tokens)`` (see :class:`Request`):
+    a trace's hash ids as 512-token runs (the last cut to the prompt), else
+    ``shared_content``; empty when nothing in the prompt is shared with others."""
+    if not request.prefix_hash_ids:
+        return request.shared_content
+    runs, left = [], request.num_prompt_tokens
+    for h in request.prefix_hash_ids:
+        if left <= 0:
+            break
+        n = min(TRACE_HASH_BLOCK_TOKENS, left)
+        runs.append((("trace", h), n))
+        left -= n
+    return tuple(runs)
 
 
 def build_segments(parts: list[int | MediaItem]) -> tuple[PromptSegment, ...]:

@@ -33,6 +33,15 @@ class_name     default ``"trace"``
 layout         ``media_first`` (default), ``text_first`` or ``interleaved``
 hash_ids       optional list of integers: prefix-block hashes (Mooncake's),
                kept on the request (``prefix_hash_ids``); written only when set
+lead_text      optional int >= 0, at most ``text_tokens``: text tokens placed before
+               the layout's parts (a shared system prompt ahead of the media);
+               written only for such a prompt (one with ``shared`` runs)
+shared         optional list of ``[key, tokens]`` runs from position 0: the
+               request's ``shared_content`` (a key is a JSON list of strings and
+               integers); written only when set
+answer         optional key (a JSON list of strings and integers): the content
+               key of the request's answer, which later prompts resend
+               (``answer_content``: a conversation's turns); written only when set
 =============  ==================================================================
 
 Requests are numbered 0, 1, ... in file order. Every problem in a row raises
@@ -54,7 +63,7 @@ from lmmsim.workload.request import MODALITIES, MediaItem, Request, build_segmen
 
 FIELDS = ("timestamp", "modality", "text_tokens", "media", "output_tokens", "class_name", "layout")
 REQUIRED = ("timestamp", "text_tokens", "output_tokens")
-OPTIONAL = ("hash_ids",)  # read when present, written only when a request has them
+OPTIONAL = ("hash_ids", "lead_text", "shared", "answer")  # read when present, written only when a request has them
 LAYOUTS = ("media_first", "text_first", "interleaved")
 DEFAULT_CLASS = "trace"
 
@@ -244,26 +253,74 @@ def _build_request(row: dict, request_id: int, speedup: float, factory: MediaFac
     if not isinstance(class_name, str):
         raise _RowError(f"class_name: expected a string, got {class_name!r}")
 
-    parts = prompt_parts(layout, text_tokens, tuple(items))
-    segments = build_segments(parts)
+    lead = 0 if row.get("lead_text") in (None, "") else _integer("lead_text", row["lead_text"], 0)
+    if lead > text_tokens:
+        raise _RowError(f"lead_text: {lead} is more than text_tokens {text_tokens}")
+    segments = build_segments(_lead(lead, prompt_parts(layout, text_tokens - lead, tuple(items))))
     if not segments:
         raise _RowError("empty prompt: text_tokens is 0 and there is no media")
     request = Request(request_id, timestamp / speedup, modality, class_name, segments, output_tokens,
-                      prefix_hash_ids=_hash_ids(row.get("hash_ids")))
+                      prefix_hash_ids=_hash_ids(row.get("hash_ids")), shared_content=_shared(row.get("shared")),
+                      answer_content=_answer(row.get("answer")))
+    if sum(n for _, n in request.shared_content) > request.num_prompt_tokens:
+        raise _RowError(f"shared: its runs hold more than the prompt's {request.num_prompt_tokens} tokens")
     return timestamp, request
 
 
-def _hash_ids(value) -> tuple:
-    if value is None or value == "":
+def _lead(lead: int, parts: list) -> list:
+    """``lead`` text tokens before ``parts``, joining a leading text run (one segment)."""
+    if not lead:
+        return parts
+    return [lead + parts[0], *parts[1:]] if parts and isinstance(parts[0], int) else [lead, *parts]
+
+
+def _shared(value) -> tuple:
+    """The ``shared`` field as ``shared_content``: ``((key tuple, tokens), ...)``."""
+    value = _json_list(value, "shared", "list of [key, tokens] runs")
+    if value is None:
         return ()
+    runs = []
+    for run in value:
+        ok = isinstance(run, list) and len(run) == 2 and isinstance(run[0], list) and run[0]
+        ok = ok and all(isinstance(k, (str, int)) and not isinstance(k, bool) for k in run[0])
+        if not ok or not isinstance(run[1], int) or isinstance(run[1], bool) or run[1] < 1:
+            raise _RowError(f"shared: each run is [key, tokens], a key a list of strings and integers and "
+                            f"tokens an integer >= 1; got {run!r}")
+        runs.append((tuple(run[0]), run[1]))
+    return tuple(runs)
+
+
+def _answer(value) -> tuple | None:
+    """The ``answer`` field as ``answer_content``: a key tuple, or None."""
+    value = _json_list(value, "answer", "non-empty list of strings and integers")
+    if value is None:
+        return None
+    if not value or not all(isinstance(k, (str, int)) and not isinstance(k, bool) for k in value):
+        raise _RowError(f"answer: expected a non-empty list of strings and integers, got {value!r}")
+    return tuple(value)
+
+
+def _hash_ids(value) -> tuple:
+    value = _json_list(value, "hash_ids", "list of integers")
+    if value is None:
+        return ()
+    if not all(isinstance(h, int) and not isinstance(h, bool) for h in value):
+        raise _RowError(f"hash_ids: expected a list of integers, got {value!r}")
+    return tuple(value)
+
+
+def _json_list(value, name: str, what: str) -> list | None:
+    """A list-valued field: a list (JSON lines) or its JSON text (a CSV cell); None when empty."""
+    if value is None or value == "":
+        return None
     if isinstance(value, str):
         try:
             value = json.loads(value)
         except json.JSONDecodeError:
-            raise _RowError(f"hash_ids: expected a JSON list of integers, got {value!r}") from None
-    if not isinstance(value, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in value):
-        raise _RowError(f"hash_ids: expected a list of integers, got {value!r}")
-    return tuple(value)
+            raise _RowError(f"{name}: expected a JSON {what}, got {value!r}") from None
+    if not isinstance(value, list):
+        raise _RowError(f"{name}: expected a {what}, got {value!r}")
+    return value
 
 
 def _jsonl_rows(fh, fields: tuple[tuple, tuple] | None = None):
@@ -366,13 +423,19 @@ def read_trace(path: Path, model, speedup: float = 1.0, limit: int | None = None
 
 
 # ------------------------------------------------------------------- writing
-def _layout(request: Request) -> str:
-    """The layout that rebuilds this prompt; a prompt that matches none cannot be written."""
+def _layout(request: Request) -> tuple[str, int]:
+    """The layout and ``lead_text`` that rebuild this prompt; a prompt matching none cannot be
+    written. A lead is tried only where no layout alone fits and the prompt starts with shared
+    content (a system prompt ahead of the media): a trace row describes generated prompts,
+    not arbitrary segment lists."""
     items = tuple(s.item for s in request.segments if s.item is not None)
     text = sum(s.length for s in request.segments if s.item is None)
-    for layout in LAYOUTS:
-        if build_segments(prompt_parts(layout, text, items)) == request.segments:
-            return layout
+    first = request.segments[0]
+    leads = (0, first.length) if first.item is None and items and request.shared_content else (0,)
+    for lead in leads:
+        for layout in LAYOUTS:
+            if build_segments(_lead(lead, prompt_parts(layout, text - lead, items))) == request.segments:
+                return layout, lead
     kinds = "".join("m" if s.item is not None else "t" for s in request.segments)
     raise ValueError(
         f"request {request.request_id}: prompt layout {kinds} is none of {', '.join(LAYOUTS)}; "
@@ -388,10 +451,16 @@ def _row(request: Request) -> dict:
         "media": [media_description(s.item) for s in request.media_segments],
         "output_tokens": request.num_output_tokens,
         "class_name": request.class_name,
-        "layout": _layout(request),
     }
+    row["layout"], lead = _layout(request)
     if request.prefix_hash_ids:
         row["hash_ids"] = list(request.prefix_hash_ids)
+    if lead:
+        row["lead_text"] = lead
+    if request.shared_content:
+        row["shared"] = [[list(key), n] for key, n in request.shared_content]
+    if request.answer_content is not None:
+        row["answer"] = list(request.answer_content)
     return row
 
 
@@ -408,13 +477,13 @@ def write_trace(requests: list[Request], path: Path) -> None:
             for row in rows:
                 fh.write(json.dumps(row) + "\n")
         else:
-            columns = FIELDS + (OPTIONAL if any("hash_ids" in row for row in rows) else ())
+            columns = FIELDS + tuple(o for o in OPTIONAL if any(o in row for row in rows))
             writer = csv.writer(fh, lineterminator="\n")
             writer.writerow(columns)
             for row in rows:
-                media = json.dumps(row["media"], separators=(",", ":")) if row["media"] else ""
-                ids = json.dumps(row.get("hash_ids", []), separators=(",", ":")) if row.get("hash_ids") else ""
-                cells = {**row, "timestamp": repr(row["timestamp"]), "media": media, "hash_ids": ids}
+                cells = {**row, "timestamp": repr(row["timestamp"]), "lead_text": row.get("lead_text", "")}
+                for f in ("media", "hash_ids", "shared", "answer"):  # JSON in a cell; empty for none
+                    cells[f] = json.dumps(row[f], separators=(",", ":")) if row.get(f) else ""
                 writer.writerow([cells[f] for f in columns])
 
 
