@@ -272,10 +272,14 @@ def _plan_costs(scn, model, gpu, pools, shared, predictor, host_folder):
         if pool is None:
             continue
         _check_llm_pool(name, keys.get(name, f"deployment.{name}"), pool, model)
+        if dep.prefix_caching and getattr(pool, "dp", 1) > 1:  # one engine stands for the ranks
+            raise UserError("deployment.prefix_caching", "not modelled with dp > 1: each vLLM DP rank has its "
+                            "own prefix cache, which one engine standing for the ranks would pool; valid: false, "
+                            "or dp 1")
         costs[name] = ComposedStepCostModel(model, gpu, pool.tp, predictor, overheads=EngineOverheads.from_config(
             scn.engine, max_running=batching.max_running, predictor=predictor), **_llm_numerics(dep, pool))
         receives_embeddings = "encoder" in pools and name in ("llm", "prefill", "local_prefill")
-        buffer = dep.embedding_buffer_gib * GIB / (pool.tp * pool.pp) if receives_embeddings else 0.0
+        buffer = dep.embedding_buffer_gib * GIB / pool.gpus_per_worker if receives_embeddings else 0.0  # dp x tp x pp
         if encoder_shares and any((name, w) in sharing_workers for w in range(pool.workers)):
             # an encoder co-located on this pool's GPUs keeps its weights there
             buffer += model.encoder.num_params * catalog.BYTES_PER_PARAM_BF16 / pools["encoder"].tp
@@ -295,11 +299,10 @@ def _plan_costs(scn, model, gpu, pools, shared, predictor, host_folder):
 
 
 def _llm_numerics(dep, pool) -> dict:
-    """Cost-model settings of an LLM pool: expert / data parallelism, FP8, the MoE routing model.
-    ``moe_routing`` is read if the deployment has it (default: lmmsim.costmodel.moe.DEFAULT_ROUTING)."""
-    out = {"ep": pool.ep, "dp": pool.dp, "dtype": dep.dtype, "kv_cache_dtype": dep.kv_cache_dtype}
-    routing = getattr(dep, "moe_routing", None)
-    return out if routing is None else {**out, "routing": routing}
+    """Cost-model settings of an LLM pool: expert / data parallelism, FP8, the MoE routing model and
+    the DP ranks' token exchange."""
+    return {"ep": pool.ep, "dp": pool.dp, "dtype": dep.dtype, "kv_cache_dtype": dep.kv_cache_dtype,
+            "routing": dep.moe_routing, "all2all": dep.moe_all2all}
 
 
 def _requests(scn, model, base_dir) -> list[Request]:

@@ -58,6 +58,9 @@ class MemorySettings(_Strict):
     # by the bounded power laws aiconfigurator measures its MoE kernels under. Default 1.2:
     # aiconfigurator's generic MoE family (sdk/models/moe.py), which Qwen3 MoE models use.
     moe_routing: Literal["balanced", "power_law_1.01", "power_law_1.2"] = "power_law_1.2"
+    # With dp > 1: how the ranks exchange tokens around the experts, as vLLM's --all2all-backend
+    # (lmmsim.costmodel.moe.ALL2ALL_BACKENDS); vLLM's default, or DeepEP's high-throughput kernels.
+    moe_all2all: Literal["allgather_reducescatter", "deepep_high_throughput"] = "allgather_reducescatter"
 
 
 class SharingConfig(_Strict):
@@ -91,7 +94,8 @@ class LlmPoolConfig(_Strict):
     pp: PositiveInt = 1
     # Expert parallelism of a MoE model: the dp x tp GPUs of a stage hold disjoint sets of
     # experts in ep groups, each expert split dp*tp/ep ways (ep == dp*tp: vLLM's
-    # --enable-expert-parallel). Must divide dp*tp (lmmsim.costmodel.moe).
+    # --enable-expert-parallel; ep == 1: experts TP-split, vLLM's default). Must divide dp*tp
+    # (lmmsim.costmodel.moe). A value in between is TensorRT-LLM's hybrid split, not a vLLM layout.
     ep: PositiveInt = 1
     # Attention data parallelism (vLLM's --data-parallel-size with expert parallelism): a
     # worker is dp x tp x pp GPUs; each of the dp ranks runs attention and the dense layers
@@ -101,7 +105,7 @@ class LlmPoolConfig(_Strict):
     dp: PositiveInt = 1
     # With pp > 1: chunked pipeline parallelism (true) or vanilla PP (false).
     chunk_pipelining: bool = True
-    gpu_ids: list[list[NonNegativeInt]] | None = None  # per worker: tp x pp ids, stage by stage
+    gpu_ids: list[list[NonNegativeInt]] | None = None  # per worker: dp x tp x pp ids, stage by stage
 
     @property
     def gpus_per_worker(self) -> int:
@@ -140,10 +144,10 @@ class MonolithicDeployment(MemorySettings):
     replicas: PositiveInt = 1
     tp: PositiveInt = 1
     pp: PositiveInt = 1
-    ep: PositiveInt = 1  # expert parallelism within each stage's tp GPUs (LlmPoolConfig.ep)
+    ep: PositiveInt = 1  # expert parallelism over each stage's dp x tp GPUs (LlmPoolConfig.ep)
     dp: PositiveInt = 1  # attention data parallelism (LlmPoolConfig.dp)
     chunk_pipelining: bool = True  # with pp > 1: CPP (true) or vanilla PP (false)
-    gpu_ids: list[list[NonNegativeInt]] | None = None  # per replica: tp x pp ids, stage by stage
+    gpu_ids: list[list[NonNegativeInt]] | None = None  # per replica: dp x tp x pp ids, stage by stage
 
     def pools(self) -> dict[str, LlmPoolConfig]:
         return {"llm": LlmPoolConfig(workers=self.replicas, tp=self.tp, pp=self.pp, ep=self.ep, dp=self.dp,

@@ -71,6 +71,10 @@ RUNTIME_OVERHEAD_BYTES = NON_TORCH_TP1_BYTES
 # = 38.4 B; the others agree within 1.5% (Llama-3.1-8B 4.76 GiB / 128256 vocab:
 # 39.0 B; gpt-oss-20b 7.38 GiB / 201088: 38.5 B; Qwen3-32B 5.64 GiB: 38.9 B).
 SAMPLER_BYTES_PER_LOGIT = 5.56 * GIB / (1024 * 151936)
+# vLLM's fused MoE runs its workspaces over at most this many tokens at a time
+# (vllm/envs.py VLLM_FUSED_MOE_CHUNK_SIZE, default 32768; fused_moe.py fused_experts
+# loops over chunks of it and sizes the caches by ``min(M, CHUNK_SIZE)``).
+FUSED_MOE_CHUNK_TOKENS = 32768
 POOL_ORDER = ("encoder", "llm", "prefill", "decode")
 
 
@@ -114,7 +118,8 @@ def activation_reserve_bytes(model: catalog.ModelSpec, tp: int, token_budget: in
       ``M x topk x I`` for the activation; ``I = expert_intermediate_size / moe_tp``), bf16,
       for the ``M`` tokens entering the layer: a rank's ``token_budget`` with ``dp == 1``,
       all ranks' ``dp x token_budget`` with DP (a conservative bound: they are gathered
-      before the experts in vLLM's all-gather dispatch).
+      before the experts in vLLM's all-gather dispatch), at most
+      :data:`FUSED_MOE_CHUNK_TOKENS` (the workspaces are sized per chunk).
     """
     llm = model.llm
     b = catalog.BYTES_PER_PARAM_BF16
@@ -124,7 +129,7 @@ def activation_reserve_bytes(model: catalog.ModelSpec, tp: int, token_budget: in
     if llm.moe is not None:
         moe = llm.moe
         inter = -(-moe.expert_intermediate_size // (dp * tp // ep))
-        pairs = dp * token_budget * moe.experts_per_token
+        pairs = min(dp * token_budget, FUSED_MOE_CHUNK_TOKENS) * moe.experts_per_token
         moe_peak = 2 * token_budget * llm.hidden_size * b + pairs * (max(2 * inter, llm.hidden_size) + inter) * b
         forward = max(forward if llm.num_moe_layers < llm.num_layers else 0, moe_peak)
     sampler = max_running * llm.vocab_size * SAMPLER_BYTES_PER_LOGIT + token_budget * llm.hidden_size * b

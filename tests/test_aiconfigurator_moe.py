@@ -188,6 +188,36 @@ def test_methods_fall_back_to_the_roofline_where_the_fit_lacks_the_class(tmp_pat
             with pytest.raises(NotImplementedError, match=c):
                 getattr(p, c + "_s")(*args)
             continue
-        assert getattr(p, c + "_s")(*args) == roof(*args)
+        twin = {"gemm_fp8": "gemm", "attention_decode_fp8": "attention_decode"}.get(c)
+        if twin is None:
+            assert getattr(p, c + "_s")(*args) == roof(*args)
+        else:  # the fitted bf16 kernel scaled by the roofline's FP8 / bf16 ratio
+            want = getattr(p, twin + "_s")(*args) * roof(*args) / getattr(p._roof, twin + "_s")(*args)
+            assert getattr(p, c + "_s")(*args) == pytest.approx(want, rel=1e-12)
+            assert getattr(p, c + "_s")(*args) <= getattr(p, twin + "_s")(*args)  # never slower than bf16
         assert c in p.roofline_answered and p.extrapolated_share()[c] == 1.0
     assert p.fallback_classes == ()  # the dense classes are all fitted
+
+
+def test_fit_reports_a_named_fp8_moe_class_without_rows(tmp_path):
+    """Named classes that a profile lacks are reported (not "no rows in any of" nothing)."""
+    from lmmsim.costmodel.fitting import fit_profile
+    from lmmsim.errors import UserError
+
+    (tmp_path / "meta.json").write_text("{}")
+    with pytest.raises(UserError, match="moe_experts.csv"):
+        fit_profile(tmp_path, catalog.get_gpu("h200"), out=tmp_path / "fit", classes=["moe_experts"])
+
+
+def test_a_split_by_both_tp_and_ep_counts_as_outside_the_data():
+    """The MoE tables hold rows split by TP or by EP, never both; such a call is extrapolated."""
+    from lmmsim import catalog
+    from lmmsim.costmodel.fitted import FittedPredictor
+
+    gpu = catalog.get_gpu("h200")
+    fit = FittedPredictor(catalog.find(gpu.fitted_profile), gpu, gpu.links["nvlink"])
+    fit.moe_experts_s(256, 4096, 1536, 128, 8, 1, 8, "bf16", "power_law_1.2")
+    assert fit.extrapolated["moe_experts"] == 0
+    fit.moe_experts_s(256, 4096, 1536, 128, 8, 2, 4, "bf16", "power_law_1.2")
+    assert fit.extrapolated["moe_experts"] == 1
+    assert fit.extrapolated_share()["moe_experts"] > 0

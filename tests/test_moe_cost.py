@@ -160,6 +160,42 @@ def test_dp_ranks_split_the_batch_and_spread_kv():
     assert dp8.llm_step_s((), 64, 64 * 1000, 64) != tp8.llm_step_s((), 64, 64 * 1000, 64)
 
 
+def test_dp_busiest_rank_runs_router_and_alltoall_on_its_tokens():
+    """A 4096-token chunk runs whole on one of 8 DP ranks: that rank's router, top-k, all-to-alls
+    and add + norm see 4096 tokens (not the even share 512); the experts see all 4096 routed."""
+    from lmmsim.costmodel.moe import moe_mlp_cost
+    roof = RooflinePredictor(EXACT, LINK)
+    dp8 = ComposedStepCostModel(_model(QWEN3_MOE), EXACT, 1, roof, ep=8, dp=8, routing="balanced",
+                                all2all="deepep_high_throughput")
+    x, h = dp8._ext_s, 4096
+
+    def by_hand(r, exchange=None):
+        if exchange is None:  # DeepEP: dispatch and combine of the rank's own tokens
+            exchange = roof.moe_alltoall_s(r, h, 8, 8, "dispatch") + roof.moe_alltoall_s(r, h, 8, 8, "combine")
+        return (roof.gemm_s(r, 128, h) + roof.elementwise_s(r * 128 * 4 + r * 8 * 8)
+                + roof.moe_experts_s(4096, h, 1536, 128, 8, 1, 8, "bf16", "balanced")
+                + exchange + roof.allreduce_s(r * h * 2, 1) + roof.elementwise_s(4 * r * h * 2))
+
+    assert moe_mlp_cost(dp8, roof, x, 4096) == pytest.approx(by_hand(512), rel=1e-12)
+    assert moe_mlp_cost(dp8, roof, x, 4096, 4096) == pytest.approx(by_hand(4096), rel=1e-12)
+    assert by_hand(4096) > by_hand(512)
+    # vLLM's default backend: all 4096 tokens' hidden states gathered to the 8 GPUs and the outputs
+    # reduce-scattered back, the traffic of one all-reduce of the gathered batch
+    ag = ComposedStepCostModel(_model(QWEN3_MOE), EXACT, 1, roof, ep=8, dp=8, routing="balanced")
+    assert ag.all2all == "allgather_reducescatter"
+    assert moe_mlp_cost(ag, roof, ag._ext_s, 4096) == pytest.approx(
+        by_hand(512, roof.allreduce_s(4096 * h * 2, 8)), rel=1e-12)
+    # DP without EP (vLLM: experts TP-split over all dp x tp GPUs): no all-to-all; the partial
+    # sums are reduced over the 8 GPUs once per token (top-k summed first), not once per copy
+    dp8_tp = ComposedStepCostModel(_model(QWEN3_MOE), EXACT, 1, roof, ep=1, dp=8, routing="balanced")
+    assert dp8_tp.moe_tp == 8
+    r = 64
+    want = (roof.gemm_s(r, 128, h) + roof.elementwise_s(r * 128 * 4 + r * 8 * 8)
+            + roof.moe_experts_s(512, h, 1536, 128, 8, 8, 1, "bf16", "balanced")
+            + roof.allreduce_s(512 * h * 2, 8) + roof.allreduce_s(r * h * 2, 1) + roof.elementwise_s(4 * r * h * 2))
+    assert moe_mlp_cost(dp8_tp, roof, dp8_tp._ext_s, 512) == pytest.approx(want, rel=1e-12)
+
+
 def test_memory_plan_moe_with_and_without_ep():
     gpu = catalog.get_gpu("h200")
     model = _model(QWEN3_MOE)
@@ -181,6 +217,25 @@ def test_memory_plan_moe_with_and_without_ep():
     # KV: dp ranks each keep their own requests' KV, the worker's capacity is 8 GPUs' worth
     per_gpu = int(dp8_ep8.kv_bytes // (16 * dp8_ep8.kv_bytes_per_token))
     assert dp8_ep8.num_blocks == 8 * per_gpu
+
+
+def test_moe_activation_reserve_by_hand():
+    """Peak activation of a MoE layer: hidden + residual and vLLM's fused-MoE workspaces
+    (M x topk x (max(2 I, hidden) + I), bf16), M the tokens entering the layer, at most one
+    fused-MoE chunk (VLLM_FUSED_MOE_CHUNK_SIZE 32768); the sampler is smaller here."""
+    from lmmsim.placement import FUSED_MOE_CHUNK_TOKENS, activation_reserve_bytes
+    model, h, i = _model(QWEN3_MOE), 4096, 1536
+
+    def workspace(m, inter):
+        return m * 8 * (max(2 * inter, h) + inter) * 2
+
+    hidden = 2 * 8192 * h * 2
+    assert activation_reserve_bytes(model, 8, 8192, 16) == hidden + workspace(8192, i // 8)  # TP-split experts
+    assert activation_reserve_bytes(model, 8, 8192, 16, ep=8) == hidden + workspace(8192, i)  # whole experts
+    # DP: all ranks' tokens are gathered before the experts, but vLLM works through them by chunks
+    assert FUSED_MOE_CHUNK_TOKENS == 32768
+    assert activation_reserve_bytes(model, 1, 8192, 16, dp=8, ep=8) == hidden + workspace(32768, i)
+    assert activation_reserve_bytes(model, 1, 2048, 16, dp=8, ep=8) == 2 * 2048 * h * 2 + workspace(8 * 2048, i)
 
 
 def test_ep_validation():
@@ -226,6 +281,19 @@ def test_encoder_deepstack_and_position_embedding():
     assert encode(position_embedding="learned_and_rotary_2d") == pytest.approx(base + add, rel=1e-12)
 
 
+def test_dp_ranks_encode_their_own_items():
+    """With dp ranks an encoder call's items spread over the ranks: 8 images on 8 ranks cost one
+    image's call, not 8 images' on one rank; one rank's worth (dp = 1) is the whole call."""
+    roof = RooflinePredictor(EXACT, LINK)
+    model = _model(QWEN3_MOE, ENC)
+    one, eight = [EncoderWork(num_units=1, seq_len=4096)], [EncoderWork(num_units=1, seq_len=4096)] * 8
+    tp1 = ComposedStepCostModel(model, EXACT, 1, roof, ep=1)
+    dp8 = ComposedStepCostModel(model, EXACT, 1, roof, ep=8, dp=8)
+    assert tp1.encode_call_s(eight) == tp1.encode_s(eight) > tp1.encode_s(one)
+    assert dp8.encode_call_s(eight) == pytest.approx(max(tp1.encode_s(eight) / 8, tp1.encode_s(one)), rel=1e-12)
+    assert dp8.encode_call_s(one) == tp1.encode_s(one)
+
+
 # Regression values of the unchanged dense model (computed before MoE / FP8 were added, with
 # lmmsim.build.make_predictor("roofline", ...) on the catalog's H100 SXM): dense models must not move.
 BEFORE = {
@@ -248,3 +316,23 @@ def test_dense_models_unchanged(name, tp):
         assert cost.llm_step_parts(((512, 1536),), 32, 32 * 900, 33) == want["parts_mixed"]
     if "encode" in want:
         assert cost.encode_s([EncoderWork(seq_len=1024, num_units=2)]) == want["encode"]
+
+
+def test_dp_ranks_cap_a_prefill_chunk_at_one_ranks_budget():
+    """One engine stands for 8 DP ranks with 8 x the token budget, but a chunk runs on one rank:
+    a 30,000-token prompt goes in chunks of at most that rank's 8192, two prompts in one step."""
+    from lmmsim.engine.kv_cache import BlockPool
+    from lmmsim.engine.scheduler import ContinuousBatchingScheduler, SeqState
+    from lmmsim.policies.queueing import FcfsQueue
+    from lmmsim.workload.request import Request, build_segments
+
+    sched = ContinuousBatchingScheduler(FcfsQueue(), BlockPool(10_000, 16), 8 * 8192, 64, 10**9,
+                                        max_chunk_tokens=8192)
+    seqs = [SeqState(Request(i, 0.0, "text", "t", build_segments([30_000]), 4)) for i in range(2)]
+    for s in seqs:
+        sched.add(s)
+    plan = sched.schedule(0.0)
+    assert sorted(n for _, n, _ in plan.chunks) == [8192, 8192]
+    default = ContinuousBatchingScheduler(FcfsQueue(), BlockPool(10_000, 16), 8 * 8192, 64, 10**9)
+    default.add(SeqState(Request(0, 0.0, "text", "t", build_segments([30_000]), 4)))
+    assert [n for _, n, _ in default.schedule(0.0).chunks] == [30_000]

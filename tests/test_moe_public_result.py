@@ -87,3 +87,18 @@ def test_verdict_states_the_distance():
     assert "within 25%" in BENCH.verdict_for(r, near, [("a", "", near)])
     text = BENCH.verdict_for(r, far, [("a", "", far), ("b", "", near)])
     assert "off by 2.0x" in text and "a documented variant reaches" in text
+
+
+def test_verdict_reach_needs_a_variant_inside_the_band():
+    """Variants at 0.7x and 1.3x straddle 0.8-1.25x without reaching it."""
+    r = RESULTS["glm45v"]
+    base = {k: v * 2.0 for k, v in r.published.items()}
+    low, high = ({k: v * f for k, v in r.published.items()} for f in (0.7, 1.3))
+    text = BENCH.verdict_for(r, base, [("a", "", base), ("low", "", low), ("high", "", high)])
+    assert "no documented variant reaches" in text and "a possible cause" not in text
+
+
+def test_same_compares_the_printed_numbers():
+    a = {k: 100.0 for k in BENCH.HEADLINE}
+    assert BENCH.same(a, {k: 100.0 + 1e-9 for k in BENCH.HEADLINE})
+    assert not BENCH.same(a, {k: 100.02 for k in BENCH.HEADLINE})

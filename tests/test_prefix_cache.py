@@ -341,6 +341,7 @@ def test_a_tight_run_gives_every_block_back_and_fast_forward_changes_nothing():
     assert sched.num_preemptions > 0 and pool.evictions > 0
     assert sum(s.num_cached_tokens > 0 for s in seqs) > 10
     assert pool.num_free == pool.num_blocks and not any(b.ref for b in pool.cached.values())
+    assert not any(type(key) is tuple for key in pool.cached)  # no finished request's own blocks stay keyed
     stepped, _ = simulate_shared(fast_forward=False)
     times = [(s.first_token_at, s.finished_at, s.num_cached_tokens) for s in seqs]
     assert times == [(s.first_token_at, s.finished_at, s.num_cached_tokens) for s in stepped]
@@ -363,3 +364,66 @@ def test_a_finished_turns_answer_blocks_are_hit_by_the_next_turn():
         sched.add(s1)
         step(sched, t)
         assert s1.num_cached_tokens == expect
+
+
+def test_no_eviction_for_a_hit_on_the_victims_own_blocks():
+    """12 blocks: a rock (class 2, its 4 prompt blocks keyed ("sys", 64)) and a sand decode, 5
+    blocks each; 2 free. A new sand of 120 tokens hits the rock's 4 blocks and needs 4 more.
+    Evicting the rock frees 5, but 4 of them are the hit's, which takes them straight back:
+    2 + 5 - 4 = 3 < 4, so the eviction cannot admit it, and the rock is left running."""
+    from lmmsim.engine.priority_scheduler import PriorityScheduler
+    from lmmsim.policies.rps_queue import RpsQueue, RpsQueueConfig
+
+    q = RpsQueue(RpsQueueConfig(budget_preemption="none", resume_cache=False),
+                 classify=lambda r: {0: 2, 1: 0, 2: 0}[r.request_id])
+    sched = PriorityScheduler(q, PrefixBlockPool(12, BS), 512, 16, 10**9)
+    rock, other = SeqState(req(0, 64, [("sys", 64)], output=100)), SeqState(req(2, 64, [("c", 64)], output=100))
+    sched.add(rock)
+    sched.add(other)
+    step(sched, 0.0)
+    step(sched, 0.1)
+    assert sched.pool.num_free == 2
+    sand = SeqState(req(1, 120, [("sys", 64)], output=4, at=0.15))
+    sched.add(sand)
+    plan = step(sched, 0.2)
+    assert plan.preempted == [] and rock.status == "running" and sand.status == "waiting"
+    assert sched.num_preemptions == 0
+
+
+def test_an_answer_is_keyed_only_where_the_runs_reach_the_prompts_end():
+    """Runs covering 60 of 100 prompt tokens: the answer does not start at token 60 (tokens
+    60..99 are the request's own), so nothing past the prompt's shared blocks is keyed."""
+    from dataclasses import replace
+
+    from lmmsim.engine.prefix_cache import answer_block_keys
+
+    short = replace(req(0, 100, runs=[("u", 60)], output=50), answer_content=("a",))
+    assert answer_block_keys(short, BS, 149) == ()
+    whole = replace(req(0, 100, runs=[("u", 60), ("v", 40)], output=50), answer_content=("a",))
+    assert len(answer_block_keys(whole, BS, 149)) == 9
+
+
+def test_a_turn_preempted_in_decode_still_leaves_its_answer_to_the_next_turn():
+    """17 blocks: turn 0 (100 prompt tokens, 50 generated) is admitted after a filler and is the
+    newest when the decodes run out of blocks: preempted at 48 tokens generated, its own full
+    blocks 6..8 keyed for its resume, which finds them. At its finish those blocks are keyed by
+    content like the rest, so turn 1 still hits all 9 blocks (144 tokens), not just the prompt's 6."""
+    from dataclasses import replace
+
+    sched = scheduler(blocks=17)
+    filler = SeqState(req(5, 64, output=60))
+    t0 = SeqState(replace(req(0, 100, runs=[(("c", 0, "user"), 100)], output=50), answer_content=("c", 0, "answer")))
+    sched.add(filler)
+    step(sched, 0.0)
+    sched.add(t0)
+    t, resumed_with = 0.1, None
+    while t0.status != "finished":
+        step(sched, t)
+        t += 0.1
+        if t0.num_preemptions and t0.status == "running" and resumed_with is None:
+            resumed_with = t0.num_scheduled
+    assert t0.num_preemptions == 1 and resumed_with > 100
+    t1 = SeqState(req(1, 180, runs=[(("c", 0, "user"), 100), (("c", 0, "answer"), 50), (("c", 1, "user"), 30)]))
+    sched.add(t1)
+    step(sched, t)
+    assert t1.num_cached_tokens == 144

@@ -108,6 +108,13 @@ def test_conversation_turns_resend_the_history_in_order():
                 assert r.num_prompt_tokens == prev.num_prompt_tokens + prev.num_output_tokens + user[1]
                 assert r.arrived_at == pytest.approx(prev.arrived_at + 20.0)
                 assert r.request_id > prev.request_id
+            if t + 1 < len(turns):  # a later turn resends its answer: it is keyed
+                assert r.answer_content == ("conversation", c, t, "answer")
+    # a conversation's last turn has no later prompt to repeat its answer: not keyed (the
+    # prefix cache would keep blocks no one can hit). One-turn conversations, whose second turn
+    # would have been kept (it would arrive 20 s later, before the last kept request), are such turns
+    single = [v[0] for v in convs.values() if len(v) == 1 and v[0].arrived_at + 20.0 < reqs[-1].arrived_at]
+    assert single and all(r.answer_content is None for r in single)
 
 
 def test_conversation_ids_follow_arrivals_and_count_turns():

@@ -62,14 +62,15 @@ class Parts:
         return self.log_transfer if self.log is not None else None
 
 
-def encoder_cache(parts: Parts) -> MediaCache | None:
+def encoder_cache(parts: Parts, dp: int = 1) -> MediaCache | None:
     """A new, empty encoder cache for one engine that runs the encoder (None: the model has
     none). Capacity ``deployment.encoder_cache_tokens``, by default the encoder budget --
-    vLLM's ``max(max_num_batched_tokens, largest item)`` when neither is set."""
+    vLLM's ``max(max_num_batched_tokens, largest item)`` when neither is set; ``dp`` ranks
+    (vLLM DP + EP) each have their own, pooled here as one of ``dp`` times the size."""
     if parts.model.encoder is None:
         return None
     tokens = parts.scn.deployment.encoder_cache_tokens
-    return MediaCache(parts.encoder_budget if tokens is None else tokens)
+    return MediaCache(dp * (parts.encoder_budget if tokens is None else tokens))
 
 
 def make_engine(parts: Parts, colocation, env, pool_name: str, index: int, on_finish, barrier_at, *, media,
@@ -89,13 +90,15 @@ def make_engine(parts: Parts, colocation, env, pool_name: str, index: int, on_fi
         # dp attention ranks (vLLM DP + EP) each have their own scheduler and budgets; one
         # engine stands for all of them (lmmsim.costmodel.moe), so it holds dp x each budget
         token_budget=batching.token_budget * pool.dp,
+        max_chunk_tokens=batching.token_budget,  # a chunk runs on one rank, within its budget
         max_running=batching.max_running * pool.dp,
-        encoder_budget=parts.encoder_budget,
+        encoder_budget=parts.encoder_budget * pool.dp,
         num_slots=pool.pp,
         media=media,
         prefill_only=prefill_only,
-        prefill_throttle=(batching.min_prefill_tokens, batching.token_budget) if choice.throttled else None,
-        encoder_cache=encoder_cache(parts) if media == "local" else None,
+        prefill_throttle=((batching.min_prefill_tokens * pool.dp, batching.token_budget * pool.dp)
+                          if choice.throttled else None),
+        encoder_cache=encoder_cache(parts, pool.dp) if media == "local" else None,
         encode_before_prefill=getattr(batching, "encode_before_prefill", False),
         **choice.extra,
     )

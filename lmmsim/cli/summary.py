@@ -86,9 +86,11 @@ def print_summary(summary: dict, scn, out: Path | None) -> None:
     if kv:
         console.print(f"KV cache per worker (tokens): {', '.join(kv)}")
     pc = summary.get("prefix_cache")
-    if pc:
-        console.print(f"prefix cache: hit rate {pc['hit_rate']:.1%} of prompt tokens ({pc['cached_tokens']:,} cached), "
-                      f"{pc['hit_requests_share']:.1%} of requests hit, {pc['evictions']:,} cached blocks evicted")
+    if pc:  # rates are None with no finished request, evictions when the caller gave none
+        rate, share, evicted = (pc[k] for k in ("hit_rate", "hit_requests_share", "evictions"))
+        console.print(f"prefix cache: hit rate {'-' if rate is None else f'{rate:.1%}'} of prompt tokens "
+                      f"({pc['cached_tokens']:,} cached), {'-' if share is None else f'{share:.1%}'} of requests "
+                      f"hit, {'-' if evicted is None else f'{evicted:,}'} cached blocks evicted")
     cm = summary.get("cost_model", {})
     if cm.get("fallback_classes"):
         console.print(f"cost model: fitted ({cm['fit']}); roofline v0 for {', '.join(cm['fallback_classes'])} "

@@ -86,7 +86,7 @@ from lmmsim.costmodel.data_parallel import dp_attention, per_rank, rank_tokens
 from lmmsim.costmodel.data_parallel import step_parts as _dp_step_parts
 from lmmsim.costmodel.data_parallel import step_s as _dp_step_s
 from lmmsim.costmodel.engine_overheads import EngineOverheads
-from lmmsim.costmodel.moe import DEFAULT_ROUTING, layers_cost
+from lmmsim.costmodel.moe import DEFAULT_ALL2ALL, DEFAULT_ROUTING, layers_cost
 from lmmsim.costmodel.split_view import OPS as _OPS
 from lmmsim.costmodel.split_view import BorrowedSplit as _BorrowedSplit
 from lmmsim.costmodel.split_view import ExtraOps as _ExtraOps
@@ -113,12 +113,14 @@ class ComposedStepCostModel:
 
     def __init__(self, model: ModelSpec, gpu: GpuSpec, tp: int, predictor: OperatorPredictor, *,
                  encoder_only: bool = False, overheads: EngineOverheads | None = None, ep: int = 1, dp: int = 1,
-                 dtype: str = "bf16", kv_cache_dtype: str = "auto", routing: str = DEFAULT_ROUTING):
+                 dtype: str = "bf16", kv_cache_dtype: str = "auto", routing: str = DEFAULT_ROUTING,
+                 all2all: str = DEFAULT_ALL2ALL):
         # ``encoder_only``: an encoder pool's model; its tp splits the encoder (heads padded
         # when they do not divide), never the LLM, so the LLM's heads are not checked.
         # ``ep``, ``dp``: expert and attention data parallelism (lmmsim.costmodel.moe);
         # ``dtype`` fp8: W8A8 linear layers; ``kv_cache_dtype`` fp8: an FP8 KV cache;
-        # ``routing``: the MoE load-imbalance model (lmmsim.costmodel.moe.ROUTINGS).
+        # ``routing``: the MoE load-imbalance model (lmmsim.costmodel.moe.ROUTINGS); ``all2all``: how
+        # dp > 1 ranks exchange tokens around the experts (lmmsim.costmodel.moe.ALL2ALL_BACKENDS).
         llm = model.llm
         if tp < 1:
             raise UserError("deployment.tp", f"must be at least 1, got {tp}")
@@ -146,7 +148,7 @@ class ComposedStepCostModel:
         self._vocab = llm.vocab_size
         self._vocab_shard = _ceil_div(llm.vocab_size, tp)
         self.ep, self.dp, self.moe_tp = ep, dp, dp * tp // ep
-        self.dtype, self.routing = dtype, routing
+        self.dtype, self.routing, self.all2all = dtype, routing, all2all
         self._kv_fp8 = kv_cache_dtype == "fp8"
         # Dense bf16 models without QK-norm or DP keep the original composition, unchanged.
         self._plain = llm.moe is None and not llm.qk_norm and dtype == "bf16" and dp == 1
@@ -456,8 +458,13 @@ class ComposedStepCostModel:
         return call.host_s(works, self.encode_s(works)) if call is not None and works else 0.0
 
     def encode_call_s(self, works: Sequence[EncoderWork]) -> float:
-        """A whole encoder call in an engine step: kernels plus the host time they wait for."""
-        return self.encode_s(works) + self.encode_host_s(works)
+        """A whole encoder call in an engine step: kernels plus the host time they wait for.
+        With ``dp`` ranks each encodes its own requests' items, in lockstep: the even share
+        of one call over all the items, never less than the call of the largest item alone."""
+        whole = self.encode_s(works) + self.encode_host_s(works)
+        if self.dp == 1 or len(works) < 2:
+            return whole
+        return max(whole / self.dp, max(self.encode_s([w]) + self.encode_host_s([w]) for w in works))
 
     def encode_parts(self, works: Sequence[EncoderWork]) -> tuple[float, float]:
         """``(compute_s, memory_s)`` of :meth:`encode_s`; their sum is ``encode_s(works)``

@@ -102,8 +102,9 @@ WORK = ("flops", "bytes", "count")
 #: Classes limited by the interconnect link rather than HBM.
 LINK_CLASSES = ("allreduce", "p2p", "moe_alltoall")
 #: Numeric codes of the text shape columns (opdata.TEXT_COLUMNS): the features' inputs.
-ROUTING_ALPHA = {"balanced": 0.0, "power_law_1.01": 1.01, "power_law_1.2": 1.2}
-_CODES = {"dtype": {"bf16": 0.0, "fp8": 1.0}, "routing": ROUTING_ALPHA, "phase": {"dispatch": 0.0, "combine": 1.0}}
+ROUTING_ALPHA = {r: 0.0 if r == "balanced" else float(r.rsplit("_", 1)[1]) for r in opdata.MOE_ROUTINGS}
+_CODES = {"dtype": dict(zip(opdata.MOE_DTYPES, (0.0, 1.0))), "routing": ROUTING_ALPHA,
+          "phase": dict(zip(opdata.A2A_PHASES, (0.0, 1.0)))}
 
 
 def code(column: str, value) -> float:

@@ -129,8 +129,8 @@ def fit_profile(profile_dir: Path, gpu: GpuSpec, *, out: Path | None = None, cla
     ``out``: the fit folder (default ``profile_dir/fit``), which receives
     ``model.json``, ``<class>.forest.npz``, ``report.md`` and
     ``pred_vs_measured.png``. ``classes``: a subset of
-    :data:`~lmmsim.costmodel.opdata.ALL_FITTED_CLASSES` (default all; an FP8 / MoE class
-    without rows is left out silently, a dense one is reported as skipped). ``interconnect``: the link
+    :data:`~lmmsim.costmodel.opdata.ALL_FITTED_CLASSES` (default all; then an FP8 / MoE class
+    without rows is left out silently, a dense one is reported as skipped; a class named here is reported). ``interconnect``: the link
     the collectives were measured on (default: ``meta.json``'s
     ``interconnect`` name on ``gpu``, else NVLink, else the first link). A
     class with fewer than :data:`MIN_ROWS` usable rows is skipped (reported;
@@ -145,6 +145,7 @@ def fit_profile(profile_dir: Path, gpu: GpuSpec, *, out: Path | None = None, cla
 
     profile_dir = Path(profile_dir)
     out = Path(out) if out is not None else profile_dir / "fit"
+    asked = classes is not None  # classes named by the caller: a missing one is reported, FP8 / MoE too
     classes = tuple(classes) if classes is not None else opdata.ALL_FITTED_CLASSES
     unknown = [c for c in classes if c not in CLASSES]
     if unknown:
@@ -155,7 +156,7 @@ def fit_profile(profile_dir: Path, gpu: GpuSpec, *, out: Path | None = None, cla
     for op_class in classes:
         df = opdata.read_class(profile_dir, op_class)
         if df is None:
-            if op_class in opdata.FITTED_CLASSES:  # an FP8 / MoE class a profile lacks is no news
+            if asked or op_class in opdata.FITTED_CLASSES:  # by default an FP8 / MoE class a profile lacks is no news
                 fit.skipped[op_class] = "no rows in the profile"
             continue
         df = usable_rows(op_class, df)

@@ -18,7 +18,8 @@ its group (aiconfigurator's constraint ``tp x attention_dp = moe_tp x moe_ep``).
   rank with no work runs a dummy batch; every rank's MoE waits for the slowest), so a
   step costs what the most loaded rank costs; the even split is the best case of
   that. Each rank's tokens go to the expert ranks by a dispatch all-to-all and come
-  back by a combine all-to-all (DeepEP-style, :meth:`RooflinePredictor.moe_alltoall_s`);
+  back by a combine: by default vLLM's all-gather / reduce-scatter, or DeepEP's dispatch and
+  combine all-to-alls (``all2all``, :data:`ALL2ALL_BACKENDS`);
   a rank's tokens are spread over its ``tp`` GPUs for the all-to-alls (each sends a
   disjoint ``1 / tp`` of them).
 
@@ -73,9 +74,16 @@ from functools import lru_cache
 from statistics import NormalDist
 
 from lmmsim.catalog import BYTES_PER_PARAM_BF16
+from lmmsim.costmodel.opdata import MOE_ROUTINGS
 
 B = BYTES_PER_PARAM_BF16
-ROUTINGS = ("balanced", "power_law_1.01", "power_law_1.2")
+ROUTINGS = MOE_ROUTINGS  # the measured distributions' names (lmmsim.costmodel.opdata)
+# How dp > 1 ranks exchange tokens around the experts, named as vLLM's --all2all-backend:
+# ``allgather_reducescatter`` (vLLM's default: all ranks' hidden states gathered to every GPU,
+# outputs reduce-scattered back, priced as the all-reduce it equals) or ``deepep_high_throughput``
+# (DeepEP dispatch / combine, aiconfigurator's measured moe_alltoall).
+ALL2ALL_BACKENDS = ("allgather_reducescatter", "deepep_high_throughput")
+DEFAULT_ALL2ALL = "allgather_reducescatter"
 # aiconfigurator's default MoE workload (sdk/config.py ModelConfig.workload_distribution
 # "power_law") at the exponent its generic MoE family uses (sdk/models/moe.py MOEModel,
 # which Qwen3-MoE and Qwen3-VL-MoE ride: _power_law_alpha 1.2). Its DeepSeek and hybrid
@@ -166,18 +174,20 @@ def layers_cost(cm, p, tokens: int, rank: int | None = None):
         )
         t += (cm._layers - n_moe) * mlp
     if n_moe:
-        t += n_moe * moe_mlp_cost(cm, p, x, tokens)
+        t += n_moe * moe_mlp_cost(cm, p, x, tokens, m)
     embed = p.elementwise_s(2 * act, op="embedding") + p.allreduce_s(act, tp)
     return t + embed + p.elementwise_s(4 * act, op="add_norm")
 
 
-def moe_mlp_cost(cm, p, x, tokens: int):
+def moe_mlp_cost(cm, p, x, tokens: int, rank: int | None = None):
     """One MoE layer's MLP part on one GPU (see the module docstring); ``cm`` the
     :class:`~lmmsim.costmodel.composed.ComposedStepCostModel`, ``p`` its predictor or split
-    view, ``x`` the matching provider of the MoE / FP8 operators; ``tokens`` the step's."""
+    view, ``x`` the matching provider of the MoE / FP8 operators; ``tokens`` the step's;
+    ``rank`` the busiest DP rank's tokens (default: the even share ``ceil(tokens / dp)``),
+    which the router, top-k, shared expert and all-to-alls of that rank run on."""
     moe = cm.model.llm.moe
     h, e, k = cm._hidden, moe.num_experts, moe.experts_per_token
-    rank_tokens = _ceil_div(tokens, cm.dp)
+    rank_tokens = rank or _ceil_div(tokens, cm.dp)
     act = rank_tokens * h * B
     pairs, _ = busiest_rank(tokens, e, k, cm.ep, cm.routing)
     t = (
@@ -191,9 +201,14 @@ def moe_mlp_cost(cm, p, x, tokens: int):
         t += (cm._linear(p, x, rank_tokens, 2 * sh, h)
               + p.elementwise_s(rank_tokens * 3 * sh * B, op="act_gated")
               + cm._linear(p, x, rank_tokens, h, sh))
-    if cm.dp > 1:
+    if cm.dp > 1 and cm.all2all == "deepep_high_throughput":
         local = _ceil_div(rank_tokens, cm.tp)  # each GPU of a rank dispatches its 1/tp of the rank's tokens
         t += x.moe_alltoall_s(local, h, k, cm.ep, "dispatch") + x.moe_alltoall_s(local, h, k, cm.ep, "combine")
-        if cm.moe_tp > 1:  # partial sums of a TP-split expert
-            t += p.allreduce_s(pairs * h * B, cm.moe_tp)
+        if cm.moe_tp > 1:  # partial sums of TP-split experts, top-k summed per token first: at most
+            # one row per token the busiest group receives (ep 1: every token, vLLM's DP without EP)
+            t += p.allreduce_s(min(pairs, tokens) * h * B, cm.moe_tp)
+    elif cm.dp > 1:  # vLLM's default: every rank's hidden states all-gathered to every GPU, the
+        # experts' outputs (TP-split experts' partial sums included) reduce-scattered back; a ring
+        # all-gather plus a ring reduce-scatter of the gathered batch move what one all-reduce does
+        t += p.allreduce_s(tokens * h * B, cm.dp * cm.tp)
     return t + p.allreduce_s(act, cm.tp) + p.elementwise_s(4 * act, op="add_norm")

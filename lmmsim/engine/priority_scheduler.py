@@ -144,8 +144,12 @@ class PriorityScheduler(ContinuousBatchingScheduler):
         return True
 
     def _blocks_freed(self, victim: SeqState, plan: StepPlan) -> int:
-        """KV blocks evicting ``victim`` now gives back (prefix caching: not those others hold)."""
-        shared = self.pool.shared_blocks(victim.request.request_id) if self.prefix_caching else 0
+        """KV blocks evicting ``victim`` now gives back (prefix caching: not those others hold,
+        nor those the hit of the request being admitted would take back out of the free queue --
+        :meth:`_kv_need` counted them as in use)."""
+        shared = 0
+        if self.prefix_caching:
+            shared = self.pool.shared_blocks(victim.request.request_id, self._hit[1] if self._hit else ())
         if not victim.in_decode:
             return victim.num_blocks - shared
         num_computed = victim.dec_base + victim.cohort.step_no

@@ -48,13 +48,14 @@ class SchedulableTokenScheduler(ContinuousBatchingScheduler):
         while budget > 0 and len(queue) and self.num_places_taken < self.max_running and taken != limit:
             seq = queue.pop()
             items: list = []
-            n, used = self._fit(seq, min(seq.num_tokens - seq.num_scheduled, budget), enc_left, items)
-            if n <= 0:  # no schedulable tokens yet: skipped
+            n, used = self._fit(seq, min(seq.num_tokens - seq.num_scheduled, budget, self.max_chunk), enc_left, items)
+            if n <= 0 or not self._admit(seq, n, plan, items):
+                if self.prefix_caching:  # as the base walk: its lookup is redone when next considered
+                    self._unlookup(seq)
                 skipped.append(seq)
-                continue
-            if not self._admit(seq, n, plan, items):  # its KV blocks do not fit: stop here
-                skipped.append(seq)
-                break
+                if n <= 0:  # no schedulable tokens yet: skipped
+                    continue
+                break  # its KV blocks do not fit: stop here
             budget -= n
             enc_left -= used
             taken += 1

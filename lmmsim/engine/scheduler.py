@@ -176,6 +176,7 @@ class ContinuousBatchingScheduler(ChunkMediaFit, PrefixLookup):
         prefill_throttle: tuple[int, int] | None = None,
         encoder_cache=None,
         encode_before_prefill: bool = False,
+        max_chunk_tokens: int | None = None,
     ):
         if max_running > token_budget:
             raise ValueError("max_running must be <= token_budget")
@@ -184,6 +185,9 @@ class ContinuousBatchingScheduler(ChunkMediaFit, PrefixLookup):
         self.queue = queue
         self.pool = pool
         self.token_budget = token_budget
+        # The longest prefill chunk one request gets per step: the budget, unless one engine
+        # stands for several vLLM DP ranks (each caps a chunk at its own budget).
+        self.max_chunk = token_budget if max_chunk_tokens is None else min(max_chunk_tokens, token_budget)
         self.max_running = max_running
         self.encoder_budget = encoder_budget
         self.media = media
@@ -403,7 +407,7 @@ class ContinuousBatchingScheduler(ChunkMediaFit, PrefixLookup):
             if seq.busy:
                 continue
             items: list = []
-            n, used = self._fit(seq, min(seq.num_tokens - seq.num_scheduled, budget), enc_left, items)
+            n, used = self._fit(seq, min(seq.num_tokens - seq.num_scheduled, budget, self.max_chunk), enc_left, items)
             if n <= 0:
                 continue
             if not self._grow(seq, n, plan):  # nothing more fits
@@ -421,7 +425,7 @@ class ContinuousBatchingScheduler(ChunkMediaFit, PrefixLookup):
         while budget > 0 and len(queue) and self.num_places_taken < self.max_running:
             seq = queue.peek()
             items: list = []
-            n, used = self._fit(seq, min(seq.num_tokens - seq.num_scheduled, budget), enc_left, items)
+            n, used = self._fit(seq, min(seq.num_tokens - seq.num_scheduled, budget, self.max_chunk), enc_left, items)
             if n <= 0 or not self._admit(seq, n, plan, items):
                 if self.prefix_caching:
                     self._unlookup(seq)

@@ -581,7 +581,7 @@ def _notes(folder: str, counts: dict[str, int], appended: dict[str, int], copied
          "num_kv_heads=b*g, head_dim=d, causal=1); encoder rows (b, s, h, d) -> (s, s, b*h, b*h, d, causal=0); "
          "batch folded into heads as lmmsim.costmodel.composed costs equal-length units in one varlen kernel"),
         "attention_decode: generation rows (b, step, h, g, d) -> (batch=b, context_sum=b*(step+1), h, g, d)",
-        "bf16 only (gemm_dtype, attn_dtype, kv_cache_dtype bfloat16); window_size 0 only (sliding windows not modelled)",
+        "dense classes bf16 only (FP8 rows: the FP8 / MoE classes); window_size 0 only (sliding windows not modelled)",
     ]
     if "allreduce" in counts:
         notes.append("allreduce: num_bytes = message_size (bf16 elements) * 2; per (world, size) the faster of vLLM's "

@@ -89,9 +89,10 @@ decode, the split of a prefill/decode-disaggregated deployment. An lmmsim DP+EP
 pool runs prefill chunks and decodes in the same steps, and one vLLM engine
 runs one backend for all of them, so only one can be justified: **deepep_ht
 for both phases** (it covers 16 to 65536 tokens per rank, a mixed step's range).
-``a2a_backend="deepep_ll"`` imports the other mode instead (a decode-only
-engine). ``num_experts`` is not a column of the class (the method takes no
-such argument): the 256- and 384-expert rows are both kept, as repeats of a shape.
+:func:`read_frames`' ``a2a_backend="deepep_ll"`` imports the other mode instead (a
+decode-only engine); ``lmmsim import-aiconfigurator`` has no option for it.
+``num_experts`` is not a column of the class (the method takes no such argument):
+the 256- and 384-expert rows are both kept, as repeats of a shape.
 """
 
 from __future__ import annotations

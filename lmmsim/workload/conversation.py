@@ -125,8 +125,8 @@ class _Histories:
 
     def turn(self, first: int, t: int) -> Request:
         r0 = self.first[first]
-        if t == 0:  # a first turn (its answer is resent by the next), or a single-turn class's request
-            return replace(r0, answer_content=turn_key(first, 0, "answer")) if first in self.turns else r0
+        if t == 0:  # a first turn (its answer is resent by the next), or a one-turn conversation's request
+            return replace(r0, answer_content=turn_key(first, 0, "answer")) if self.turns.get(first) else r0
         follow = self.turns[first]
         runs = list(r0.shared_content)
         text = r0.num_output_tokens
@@ -140,7 +140,7 @@ class _Histories:
                 text += answer
         return Request(r0.request_id, r0.arrived_at, r0.modality, r0.class_name,
                        _append_text(r0.segments, text), follow[t - 1][1], shared_content=tuple(runs),
-                       answer_content=turn_key(first, t, "answer"))
+                       answer_content=turn_key(first, t, "answer") if t < len(follow) else None)
 
 
 def _append_text(segments: tuple[PromptSegment, ...], n: int) -> tuple[PromptSegment, ...]:

@@ -30,7 +30,7 @@ from lmmsim.workload.conversation import expand_conversations, first_turn, plan_
 from lmmsim.workload.request import MediaItem, Request, build_segments, prompt_parts, request_modality
 from lmmsim.workload.reuse import apply_reuse
 from lmmsim.workload.shared_prefix import draw_variants, system_run
-from lmmsim.workload.trace import MediaFactory
+from lmmsim.workload.trace import MediaFactory, lead_text_parts
 from lmmsim.workload.trace_formats import read_any_trace
 
 #: Independent random streams, in spawn order (append only: reordering changes every run;
@@ -104,8 +104,8 @@ def generate_requests(cfg: WorkloadConfig, model, seed: int, base_dir: Path = Pa
             requests.append(Request(i, at, modality[k], names[k], build_segments(parts), out))
             continue
         # the system prompt first; it joins a leading text run (one text segment, two runs)
-        parts = [run[1] + parts[0], *parts[1:]] if isinstance(parts[0], int) else [run[1], *parts]
-        requests.append(Request(i, at, modality[k], names[k], build_segments(parts), out, shared_content=(run,)))
+        requests.append(Request(i, at, modality[k], names[k], build_segments(lead_text_parts(run[1], parts)), out,
+                                shared_content=(run,)))
     if any(c.conversation is not None for c in mix):
         requests = _conversations(cfg, requests, class_of, seeds["conversation"], base_dir)
     return requests

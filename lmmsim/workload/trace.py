@@ -256,7 +256,7 @@ def _build_request(row: dict, request_id: int, speedup: float, factory: MediaFac
     lead = 0 if row.get("lead_text") in (None, "") else _integer("lead_text", row["lead_text"], 0)
     if lead > text_tokens:
         raise _RowError(f"lead_text: {lead} is more than text_tokens {text_tokens}")
-    segments = build_segments(_lead(lead, prompt_parts(layout, text_tokens - lead, tuple(items))))
+    segments = build_segments(lead_text_parts(lead, prompt_parts(layout, text_tokens - lead, tuple(items))))
     if not segments:
         raise _RowError("empty prompt: text_tokens is 0 and there is no media")
     request = Request(request_id, timestamp / speedup, modality, class_name, segments, output_tokens,
@@ -267,8 +267,9 @@ def _build_request(row: dict, request_id: int, speedup: float, factory: MediaFac
     return timestamp, request
 
 
-def _lead(lead: int, parts: list) -> list:
-    """``lead`` text tokens before ``parts``, joining a leading text run (one segment)."""
+def lead_text_parts(lead: int, parts: list) -> list:
+    """``lead`` text tokens before ``parts``, joining a leading text run (one segment): a
+    system prompt ahead of a prompt's layout (the generator's, and a trace's ``lead_text``)."""
     if not lead:
         return parts
     return [lead + parts[0], *parts[1:]] if parts and isinstance(parts[0], int) else [lead, *parts]
@@ -434,7 +435,7 @@ def _layout(request: Request) -> tuple[str, int]:
     leads = (0, first.length) if first.item is None and items and request.shared_content else (0,)
     for lead in leads:
         for layout in LAYOUTS:
-            if build_segments(_lead(lead, prompt_parts(layout, text - lead, items))) == request.segments:
+            if build_segments(lead_text_parts(lead, prompt_parts(layout, text - lead, items))) == request.segments:
                 return layout, lead
     kinds = "".join("m" if s.item is not None else "t" for s in request.segments)
     raise ValueError(
