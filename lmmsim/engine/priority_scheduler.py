@@ -269,6 +269,7 @@ class PriorityScheduler(ContinuousBatchingScheduler):
                 return 0, 0
             if self._admit(w, n, plan, items):
                 self.queue.pop()
+                self._dequeued(w)
                 return n, enc
         self._unresume(w)
         return None

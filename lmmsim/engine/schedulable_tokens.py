@@ -47,6 +47,7 @@ class SchedulableTokenScheduler(ContinuousBatchingScheduler):
         skipped: list = []
         while budget > 0 and len(queue) and self.num_places_taken < self.max_running and taken != limit:
             seq = queue.pop()
+            self._dequeued(seq)
             items: list = []
             n, used = self._fit(seq, min(seq.num_tokens - seq.num_scheduled, budget, self.max_chunk), enc_left, items)
             if n <= 0 or not self._admit(seq, n, plan, items):
@@ -61,3 +62,4 @@ class SchedulableTokenScheduler(ContinuousBatchingScheduler):
             taken += 1
         for seq in reversed(skipped):  # Prepend(U, Q): back at the head, order kept
             queue.prepend(seq)
+            self._enqueued(seq)

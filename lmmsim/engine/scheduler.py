@@ -81,6 +81,7 @@ from lmmsim.engine.chunk_media import CacheHit, ChunkMediaFit
 from lmmsim.engine.decode_cohort import DecodeCohort
 from lmmsim.engine.kv_cache import BlockPool, blocks_for
 from lmmsim.engine.prefix_cache import PrefixLookup
+from lmmsim.engine.token_throttle import TokenThrottle
 from lmmsim.workload.request import Request
 
 NAN = math.nan
@@ -94,7 +95,7 @@ class SeqState:
         "in_decode", "cohort", "dec_base", "gen_base", "finish_step", "num_blocks", "busy", "in_flight",
         "prefill_started_at", "first_token_at", "finished_at",
         "encode_started_at", "encode_finished_at", "num_preemptions", "replica", "status", "reject_reason",
-        "preprocess_started_at", "preprocess_finished_at", "token_spans", "num_cached_tokens",
+        "preprocess_started_at", "preprocess_finished_at", "token_spans", "num_cached_tokens", "queued_pending",
     )
 
     def __init__(self, request: Request, replica: int = 0):
@@ -119,6 +120,7 @@ class SeqState:
         self.encode_started_at = NAN
         self.encode_finished_at = NAN
         self.num_preemptions = 0
+        self.queued_pending = 0  # Token Throttling: the prefill tokens it brought into the waiting queue
         self.replica = replica
         self.status = "waiting"
         self.reject_reason = None  # why it was refused at arrival (status "rejected")
@@ -161,7 +163,7 @@ class StepPlan:
         return not self.chunks and not self.num_decodes
 
 
-class ContinuousBatchingScheduler(ChunkMediaFit, PrefixLookup):
+class ContinuousBatchingScheduler(ChunkMediaFit, PrefixLookup, TokenThrottle):
     def __init__(
         self,
         queue,
@@ -197,6 +199,9 @@ class ContinuousBatchingScheduler(ChunkMediaFit, PrefixLookup):
         # gLLM's Token Throttling: (min, max) prefill tokens per batch, aiming at
         # an even share of the pending prefill work per pipeline slot.
         self.prefill_throttle = prefill_throttle
+        # ... and the waiting queue's pending prefill tokens, kept as requests enter and leave it
+        # (summing the queue every step made an overloaded engine quadratic in its queue)
+        self._waiting_pending = 0
         self.block_size = pool.block_size
         self.cohorts = [DecodeCohort(pool.block_size) for _ in range(num_slots)]
         self._admit_counter = 0
@@ -256,6 +261,7 @@ class ContinuousBatchingScheduler(ChunkMediaFit, PrefixLookup):
     # ---------------------------------------------------------------- mutations
     def add(self, seq: SeqState) -> None:
         self.queue.add(seq)
+        self._enqueued(seq)
 
     def media_arrived(self, seq: SeqState, count: int = 1) -> None:
         """Remote media: embeddings of the next ``count`` media items (prompt order) arrived."""
@@ -326,6 +332,7 @@ class ContinuousBatchingScheduler(ChunkMediaFit, PrefixLookup):
         seq.status = "waiting"
         self.num_preemptions += 1
         self.queue.prepend(seq)
+        self._enqueued(seq)
         plan.preempted.append(seq)
 
     def _newest_idle_prefill(self) -> SeqState | None:
@@ -431,6 +438,7 @@ class ContinuousBatchingScheduler(ChunkMediaFit, PrefixLookup):
                     self._unlookup(seq)
                 break
             queue.pop()
+            self._dequeued(seq)
             budget -= n
             enc_left -= used
 
@@ -488,14 +496,6 @@ class ContinuousBatchingScheduler(ChunkMediaFit, PrefixLookup):
         self.prefilling.append(seq)
         self._add_chunk(plan, seq, n, items)
         return True
-
-    def _throttled_prefill_tokens(self) -> int:
-        """Pending prefill tokens spread over the pipeline slots, within (min, max)."""
-        low, high = self.prefill_throttle
-        pending = sum(s.num_tokens - s.num_scheduled for s in self.prefilling)
-        pending += sum(s.num_tokens - s.num_scheduled for s in self.queue)
-        share = -(-pending // len(self.cohorts))
-        return max(low, min(high, share))
 
     def _add_chunk(self, plan: StepPlan, seq: SeqState, n: int, items: list) -> None:
         plan.chunks.append((seq, n, seq.num_scheduled))
