@@ -27,7 +27,7 @@ from lmmsim.engine.steplog import StepLog
 from lmmsim.errors import UserError, choices
 from lmmsim.placement import GIB, MemoryPlan, check_encoder_memory, place_workers, plan_llm_memory, shared_gpus
 from lmmsim.prepare import prepare
-from lmmsim.workload.generator import generate_requests, think_times
+from lmmsim.workload.generator import generate_requests, stream_requests, think_times
 from lmmsim.workload.request import Request
 
 LLM_POOLS = ("llm", "prefill", "local_prefill", "decode")
@@ -49,6 +49,7 @@ class BuiltRun:
     cost_model: dict = field(default_factory=dict)
     admission: object = None  # RPS-Serve's fitted profile/estimator/classifier (lmmsim.rps.admission)
     host: object = None  # the host preprocessing stage (lmmsim.assembly.host_stage), or None
+    sink: object = None  # sim.keep_requests false: where ended requests go (lmmsim.metrics.stream)
 
     @property
     def num_gpus(self) -> int:
@@ -186,22 +187,43 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
     predictor, cost_model_info = make_predictor(scn.hardware.cost_model, gpu, link, base_dir)
     costs, memory = _plan_costs(scn, model, gpu, pools, shared, predictor,
                                 host_profile_folder(scn.host.profile, base_dir))
-    requests = _requests(scn, model, base_dir) if requests is None else requests
+    keep = scn.sim.keep_requests
+    requests = _requests(scn, model, base_dir, keep) if requests is None else requests
     max_len = next(iter(memory.values())).max_model_len
     hidden_bytes = model.llm.hidden_size * catalog.BYTES_PER_PARAM_BF16
-    rejected = refusals(requests, max_len, scn.deployment if "encoder" in pools else None, hidden_bytes)
-    encoder_budget = _encoder_budget(scn.policy.batching, requests, rejected)
+    disaggregated = scn.deployment if "encoder" in pools else None
+    if isinstance(requests, list):
+        rejected = refusals(requests, max_len, disaggregated, hidden_bytes)
+        largest = _largest_item(requests, rejected)
+    else:  # built on demand: one pass, not two
+        rejected, largest = _screen(requests, max_len, disaggregated, hidden_bytes)
+    encoder_budget = _encoder_budget(scn.policy.batching, largest)
     prepared = prepare(scn, base_dir, pools, costs, requests, simulate_requests)
+    if step_log and not keep:
+        raise UserError("sim.keep_requests", "a trace (--trace) needs every request at the end; valid: true "
+                        "with a trace, or no trace with false")
     log = StepLog() if step_log else None
+    sink = None if keep else _sink(scn)
     host = host_stage(scn, model, base_dir, pools, log)
     parts = Parts(scn, model, link, pools, placement, shared, sharing, predictor, costs, memory, encoder_budget,
                   prepared.queue_ctx, prepared.sm_table, log, host)
     simulation = Simulation(requests, functools.partial(TOPOLOGIES[scn.deployment.kind], parts), rejected=rejected,
                             horizon_s=scn.sim.horizon_s, progress=progress,
                             make_host=host.make_front if host is not None else None,
-                            closed_loop=_closed_loop(scn))
+                            closed_loop=_closed_loop(scn), sink=sink)
     return BuiltRun(scn, model, gpu, placement, memory, requests, rejected, encoder_budget, simulation, parts.log,
-                    costs, cost_model_info, prepared.admission, host)
+                    costs, cost_model_info, prepared.admission, host, sink)
+
+
+def _sink(scn):
+    """A bounded-memory run's request sink, writing into a fresh spill folder (lmmsim.metrics.stream)."""
+    from lmmsim.metrics.stream import ItlStream, RequestSink, SummarySketch, spill_folder
+
+    folder = spill_folder()
+    exact = scn.sim.exact_summary
+    sketch = None if exact else SummarySketch(scn.slo.ttft_by_modality(), scn.slo.tpot_bound_s)
+    return RequestSink(folder / "requests.parquet", bool(getattr(scn.deployment, "prefix_caching", False)),
+                       ItlStream(folder, exact), sketch)
 
 
 def _closed_loop(scn) -> ClosedLoop | None:
@@ -305,8 +327,10 @@ def _llm_numerics(dep, pool) -> dict:
             "routing": dep.moe_routing, "all2all": dep.moe_all2all}
 
 
-def _requests(scn, model, base_dir) -> list[Request]:
-    requests = generate_requests(scn.workload, model, scn.seed, base_dir)
+def _requests(scn, model, base_dir, keep: bool = True) -> list[Request]:
+    """The scenario's requests: a list, or built on demand when requests are not kept."""
+    make = generate_requests if keep else stream_requests
+    requests = make(scn.workload, model, scn.seed, base_dir)
     if not requests:  # a run of nothing has no metrics; say so rather than report NaNs
         w = scn.workload
         why = (f"no arrival before duration_s {w.duration_s:g}" if w.duration_s is not None
@@ -315,10 +339,25 @@ def _requests(scn, model, base_dir) -> list[Request]:
     return requests
 
 
-def _encoder_budget(batching, requests, rejected) -> int:
+def _encoder_budget(batching, largest_item: int) -> int:
     """Encoder tokens per step: the configured budget (default the token budget), raised
     to the largest media item an admitted request holds, as vLLM does."""
-    largest_item = max(
-        (seg.length for r in requests if r.request_id not in rejected for seg in r.media_segments), default=0
-    )
     return max(getattr(batching, "encoder_budget_tokens", None) or batching.token_budget, largest_item)
+
+
+def _largest_item(requests, rejected) -> int:
+    """The largest media item (LLM tokens) of the requests not refused."""
+    return max((seg.length for r in requests if r.request_id not in rejected for seg in r.media_segments), default=0)
+
+
+def _screen(requests, max_len: int, disaggregated, hidden_bytes: float) -> tuple[dict[int, str], int]:
+    """:func:`refusals` and :func:`_largest_item` in one pass over requests built on demand."""
+    rejected: dict[int, str] = {}
+    largest = 0
+    for r in requests:
+        one = refusals((r,), max_len, disaggregated, hidden_bytes)
+        if one:
+            rejected.update(one)
+        elif r.media_segments:
+            largest = max(largest, _largest_item((r,), rejected))
+    return rejected, largest

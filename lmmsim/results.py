@@ -4,14 +4,21 @@
 ``DIR/scenario.resolved.yaml``; ``DIR/requests.csv`` too with ``--format csv``.
 An existing non-empty ``DIR`` is written into only with ``force``, and then only
 lmmsim's own files there are replaced (:mod:`lmmsim.outputs`).
+
+With ``sim.keep_requests: false`` the run writes requests.parquet as it goes, into a
+temporary spill folder (:mod:`lmmsim.metrics.stream`; rows in the order requests ended):
+:class:`RunOutput` then holds its path instead of the frame, and :func:`write_results`
+copies it into ``DIR``. The spill folder goes with the run's sink (``built.sink``).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from lmmsim.build import build
@@ -26,18 +33,49 @@ from lmmsim.tracing import write_chrome_trace
 
 @dataclass
 class RunOutput:
-    requests: pd.DataFrame
+    requests: pd.DataFrame | None  # None with sim.keep_requests false: see requests_path
     summary: dict
     built: object
+    requests_path: Path | None = None  # sim.keep_requests false: the written requests.parquet
 
 
 def run_scenario(scn, base_dir: Path = Path("."), *, progress=None, requests=None, trace: bool = False) -> RunOutput:
     """Simulate ``scn`` and compute its per-request frame and summary
     (``trace``: also keep every step for a timeline, in ``built.step_log``)."""
     built = build(scn, base_dir, progress=progress, requests=requests, step_log=trace)
-    result = built.simulation.run()
+    try:
+        result = built.simulation.run()
+    except BaseException:
+        if built.sink is not None:  # a stuck or interrupted run leaves no spill folder behind
+            shutil.rmtree(built.sink.path.parent, ignore_errors=True)
+        raise
+    if built.sink is not None:
+        return _bounded_output(scn, base_dir, built, result)
     gaps = token_gaps(result.seqs)
     df = requests_frame(result.seqs, gaps)
+    summary = summarize(df, itl=gaps, **_summary_inputs(scn, built, result))
+    return RunOutput(df, _complete_summary(summary, scn, base_dir, built, result), built)
+
+
+def _bounded_output(scn, base_dir: Path, built, result) -> RunOutput:
+    """A ``sim.keep_requests: false`` run: its summary from the written file (exact) or from
+    the sketches taken as requests ended (lmmsim.metrics.stream)."""
+    from lmmsim.metrics.stream import FileColumns
+    from lmmsim.metrics.summary import summarize_columns
+
+    sink = built.sink
+    inputs = _summary_inputs(scn, built, result)
+    if scn.sim.exact_summary:
+        columns = FileColumns(sink.path)
+        summary = summarize_columns(columns, columns.names, columns.num_not_arrived, itl=sink.itl, **inputs)
+        del columns
+    else:
+        summary = sink.sketch.summary(itl=sink.itl, **inputs)
+    return RunOutput(None, _complete_summary(summary, scn, base_dir, built, result), built, requests_path=sink.path)
+
+
+def _summary_inputs(scn, built, result) -> dict:
+    """What the summary needs besides the requests: GPU busy time, SLOs, engine counters."""
     busy = [0.0] * built.num_gpus
     arbiters = getattr(result.frontend, "arbiters", {})
     for worker in result.frontend.workers:
@@ -47,16 +85,14 @@ def run_scenario(scn, base_dir: Path = Path("."), *, progress=None, requests=Non
     for gpu_id, arbiter in arbiters.items():  # shared GPUs: busy when any tenant runs
         busy[gpu_id] = arbiter.busy_s
     engines = result.frontend.llm_engines
-    summary = summarize(
-        df,
-        gpu_busy_s=busy,
-        end_at=result.end_at,
-        ttft_slo=scn.slo.ttft_by_modality(),
-        tpot_slo=scn.slo.tpot_bound_s,
-        num_preemptions=sum(e.scheduler.num_preemptions for e in engines),
-        itl=gaps,
-        prefix_cache_evictions=sum(getattr(e.scheduler.pool, "evictions", 0) for e in engines),
-    )
+    return dict(gpu_busy_s=busy, end_at=result.end_at, ttft_slo=scn.slo.ttft_by_modality(),
+                tpot_slo=scn.slo.tpot_bound_s, num_preemptions=sum(e.scheduler.num_preemptions for e in engines),
+                prefix_cache_evictions=sum(getattr(e.scheduler.pool, "evictions", 0) for e in engines))
+
+
+def _complete_summary(summary: dict, scn, base_dir: Path, built, result) -> dict:
+    """The summary's run blocks: simulator counters, deployment, caches, costs, host, admission."""
+    engines = result.frontend.llm_engines
     summary["sim_wall_time_s"] = result.wall_s
     summary["sim_events"] = result.num_events
     summary["sim_steps"] = sum(e.num_steps for e in engines)
@@ -76,7 +112,17 @@ def run_scenario(scn, base_dir: Path = Path("."), *, progress=None, requests=Non
     from lmmsim.provenance import describe  # version, git revision, hashes of the inputs read
 
     summary["provenance"] = describe(scn, base_dir)
-    return RunOutput(df, clean_json(summary), built)
+    return clean_json(summary)
+
+
+def _parquet_to_csv(source: Path, target: Path) -> None:
+    """requests.csv from a written requests.parquet, one row group at a time."""
+    import pyarrow.parquet as pq
+
+    file = pq.ParquetFile(source)
+    with open(target, "w", newline="") as out:
+        for g in range(file.num_row_groups):
+            file.read_row_group(g).to_pandas().to_csv(out, index=False, header=g == 0)
 
 
 def host_summary(stage, end_at: float) -> dict:
@@ -97,7 +143,8 @@ def host_summary(stage, end_at: float) -> dict:
 def _pool_summary(pools, end_at: float) -> dict:
     pools = pools if isinstance(pools, list) else [pools]
     workers = sum(p.workers for p in pools)
-    waits = pd.Series([w for p in pools for w in p.wait_s], dtype=float)
+    # numpy, not a list of every wait: a bounded-memory run's pools keep them in arrays
+    waits = pd.Series(np.concatenate([np.asarray(p.wait_s, dtype=float) for p in pools]), dtype=float)
     return {"workers": workers,
             "busy_share": sum(p.busy_s for p in pools) / (workers * end_at) if end_at > 0 else None,
             "wait_s": {"mean": waits.mean() if len(waits) else None,
@@ -235,9 +282,14 @@ def write_results(run: RunOutput, scn, out: Path, *, force: bool = False, csv: b
         with atomic_path(folder.file(name)) as tmp:
             write(tmp)
 
-    put("requests.parquet", lambda p: run.requests.to_parquet(p, index=False))
-    if csv:
-        put("requests.csv", lambda p: run.requests.to_csv(p, index=False))
+    if run.requests is None:  # written during the run (sim.keep_requests false)
+        put("requests.parquet", lambda p: shutil.copyfile(run.requests_path, p))
+        if csv:
+            put("requests.csv", lambda p: _parquet_to_csv(run.requests_path, p))
+    else:
+        put("requests.parquet", lambda p: run.requests.to_parquet(p, index=False))
+        if csv:
+            put("requests.csv", lambda p: run.requests.to_csv(p, index=False))
     put("summary.json", lambda p: p.write_text(json.dumps(run.summary, indent=2) + "\n"))
     put("scenario.resolved.yaml", lambda p: p.write_text(dump_scenario(scn)))
     admission = getattr(run.built, "admission", None)

@@ -124,6 +124,12 @@ class HostConfig(_Strict):
 class SimConfig(_Strict):
     horizon_s: PositiveFloat | None = None  # stop the clock here; later requests are reported unfinished
     fast_forward: bool = True  # apply decode-only stretches as one event (exact)
+    # false: bounded memory -- requests built as they arrive, each one's row written to
+    # requests.parquet as it ends and its state dropped (lmmsim.metrics.stream)
+    keep_requests: bool = True
+    # with keep_requests false: the summary read back exactly from the written file (true), or
+    # from streaming sketches taken during the run (false: percentiles within 1%)
+    exact_summary: bool = True
 
 
 def scenario_cls():

@@ -86,6 +86,7 @@ from lmmsim.costmodel.data_parallel import dp_attention, per_rank, rank_tokens
 from lmmsim.costmodel.data_parallel import step_parts as _dp_step_parts
 from lmmsim.costmodel.data_parallel import step_s as _dp_step_s
 from lmmsim.costmodel.engine_overheads import EngineOverheads
+from lmmsim.costmodel.fitcache import prefetch_dense_block
 from lmmsim.costmodel.moe import DEFAULT_ALL2ALL, DEFAULT_ROUTING, layers_cost
 from lmmsim.costmodel.split_view import OPS as _OPS
 from lmmsim.costmodel.split_view import BorrowedSplit as _BorrowedSplit
@@ -154,6 +155,7 @@ class ComposedStepCostModel:
         self._plain = llm.moe is None and not llm.qk_norm and dtype == "bf16" and dp == 1
 
         self._dense_memo: dict[int, float] = {}
+        self._prefetched: set[int] = set()  # blocks of token counts prefetch_dense_block has seen
         self._prefill_memo: dict[tuple[int, int], float] = {}
         self._head_memo: dict[int, float] = {}
         self._encode_memo: dict[tuple[tuple[int, int], ...], float] = {}
@@ -350,6 +352,8 @@ class ComposedStepCostModel:
 
     # Memo fillers: called on a miss, store and return the value.
     def _dense(self, tokens: int) -> float:
+        if self._plain:  # the block's elementwise calls evaluated together (lmmsim.costmodel.fitcache)
+            prefetch_dense_block(self, tokens)
         return self._store(self._dense_memo, tokens, self._dense_cost(self.predictor, tokens))
 
     def _prefill_attention(self, chunk: tuple[int, int]) -> float:

@@ -43,7 +43,11 @@ scikit-learn is not imported.
   :attr:`FittedPredictor.elementwise_ops` lists the ops with their own model.
 * **Speed.** Results are memoised per exact argument tuple (a dict per class,
   cleared past ``MEMO_LIMIT`` entries, which never changes a result; one per
-  elementwise model, shared by the op names that map to it). Decode
+  elementwise model, shared by the op names that map to it). Below this run's
+  memo, the loaded fit and its evaluations are the process's
+  (:mod:`lmmsim.costmodel.fitcache`): a later run of a sweep evaluates no
+  forest its process evaluated before, yet counts its own memo's misses, so its
+  extrapolated share is what it would be alone. Decode
   attention is called every engine step with a new context sum, so for a
   roofline or polynomial decode model it skips the memo and evaluates the
   closed form in Python floats (about 1-2 us for a roofline, a few us for a
@@ -82,7 +86,8 @@ import pandas as pd
 from lmmsim.catalog import GpuSpec, LinkSpec
 from lmmsim.costmodel import opdata
 from lmmsim.costmodel.features import CLASSES, LINK_CLASSES, class_features, code, row_ops
-from lmmsim.costmodel.fitstore import LoadedClass, load_fit
+from lmmsim.costmodel.fitcache import OUTSIDE, shared_fit
+from lmmsim.costmodel.fitstore import LoadedClass
 from lmmsim.costmodel.roofline import RooflinePredictor
 
 
@@ -105,13 +110,10 @@ class FittedPredictor:
         self.fit_folder = Path(fit_folder)
         self.gpu = gpu
         self.interconnect = interconnect
-        self.fit = load_fit(self.fit_folder, gpu, interconnect)
-        if self.fit.gpu and self.fit.gpu != gpu.name:
-            raise ValueError(f"{self.fit_folder}: fitted for {self.fit.gpu!r}, not {gpu.name!r}")
-        if interconnect is None:  # a derived collective cannot be scaled to an unknown link
-            for op_class in LINK_CLASSES:
-                if op_class in self.fit.classes and self.fit.classes[op_class].derived_from:
-                    del self.fit.classes[op_class]
+        # The loaded fit and its pure evaluations are the process's (lmmsim.costmodel.fitcache);
+        # the memos and counters below are this run's.
+        self._shared = shared_fit(self.fit_folder, gpu, interconnect)
+        self.fit = self._shared.fit
         self._roof = RooflinePredictor(gpu, interconnect)
         classes = self.fit.classes
         self.fallback_classes: tuple[str, ...] = tuple(c for c in opdata.FITTED_CLASSES if c not in classes)
@@ -134,7 +136,7 @@ class FittedPredictor:
         # (memo, model) per canonical op with a model of its own, and for the pooled model (key None);
         # _elementwise_by_op maps each op name as called to one of them on its first call.
         self._elementwise_models: dict[str | None, tuple[dict, object]] = {
-            op: ({}, self._scalar_fn("elementwise", lc)) for op, lc in per_op.items()}
+            op: ({}, self._scalar_fn("elementwise", lc, op)) for op, lc in per_op.items()}
         self._elementwise_models[None] = (self._memo["elementwise"], self._fn["elementwise"])
         self._elementwise_by_op = {None: self._elementwise_models[None]}
         self._allreduce_memo = self._memo["allreduce"]
@@ -188,56 +190,21 @@ class FittedPredictor:
         """The v0 roofline for a class the fit lacks (wholly extrapolated; not counted per call)."""
         return getattr(self._roof, op_class + "_s")
 
-    def _scalar_fn(self, op_class: str, lc: LoadedClass):
-        """``f(*shape) -> seconds`` for one call of ``lc`` (a class or per-op model), in Python floats,
-        counted into the class's predicted / extrapolated seconds."""
-        spec = CLASSES[op_class]
-        work, features = spec.work, spec.features
-        check = lc.domain_check()
-        inside = check.inside
+    def _scalar_fn(self, op_class: str, lc: LoadedClass, op: str | None = None):
+        """``f(*shape) -> seconds`` for one call of ``lc`` (a class or per-op model ``op``), in Python
+        floats, counted into the class's predicted / extrapolated seconds (the evaluation itself
+        is the process's, :meth:`~lmmsim.costmodel.fitcache.SharedFit.scalar`)."""
+        ev = self._shared.scalar(op_class, lc, op)
         total, extra, counts = self.predicted_s, self.extrapolated_s, self.extrapolated
-        if lc.kind == "roofline" and lc.derived_from and lc.model.num_sms is None:
-            # Derived: no data here, wholly extrapolated (not counted per call); no occupancy term.
-            time_s = lc.model.time_s
-            return lambda *args: time_s(*work(*args))
-        if lc.kind == "roofline" and lc.derived_from:
-            time_s = lc.model.time_s
-
-            def derived(*args):  # with occupancy: the grid size comes with the features
-                f = features(*args)
-                return time_s(f["flops"], f["bytes"], f["count"], f.get("ctas"))
-
-            return derived
-        if lc.kind == "roofline":
-            time_s = lc.model.time_s
-
-            def roofline(*args):
-                f = features(*args)
-                t = time_s(f["flops"], f["bytes"], f["count"], f.get("ctas"))
-                total[op_class] += t
-                if not inside(f):
-                    extra[op_class] += t
-                    counts[op_class] += 1
-                return t
-
-            return roofline
-        names = lc.features
-        scalar_s = lc.model.scalar_s
-        roof_s = lc.roofline.time_s
-        # (Outside a class without a physical domain is the box of its log features, which
-        # are a forest's inputs: the box the forest answered in before domains.)
-        to_roofline = lc.roofline_outside()
+        if lc.derived_from:  # no data here, wholly extrapolated (not counted per call)
+            return lambda *args: ev(*args)[0]
 
         def model(*args):
-            f = features(*args)
-            if inside(f):
-                t = scalar_s([f[nm] for nm in names])
-            else:
-                t = (roof_s(f["flops"], f["bytes"], f["count"], f.get("ctas")) if to_roofline
-                     else scalar_s([f[nm] for nm in names]))
+            t, flag = ev(*args)
+            total[op_class] += t
+            if flag == OUTSIDE:
                 extra[op_class] += t
                 counts[op_class] += 1
-            total[op_class] += t
             return t
 
         return model
@@ -303,18 +270,14 @@ class FittedPredictor:
         with the same weight shapes, and a forest's scalar evaluation in Python
         costs tens to hundreds of microseconds."""
         lo = (m - 1) // self.GEMM_BLOCK * self.GEMM_BLOCK + 1
-        ms = np.arange(lo, lo + self.GEMM_BLOCK)
         memo = self._gemm_memo
         if len(memo) + self.GEMM_BLOCK > self.MEMO_LIMIT:
             memo.clear()
-        frame = pd.DataFrame({"m": ms, "n": n, "k": k})
-        times = self.predict_frame("gemm", frame)
-        lc = self.fit.classes["gemm"]
-        outside = ~lc.domain_check().inside_frame(class_features("gemm", frame))
-        self.predicted_s["gemm"] += float(times.sum())
-        self.extrapolated_s["gemm"] += float(times[outside].sum())
-        self.extrapolated["gemm"] += int(outside.sum())
-        for mm, t in zip(ms.tolist(), times.tolist()):
+        times, predicted, extrapolated, count = self._shared.gemm_block(lo, n, k, self.GEMM_BLOCK)
+        self.predicted_s["gemm"] += predicted
+        self.extrapolated_s["gemm"] += extrapolated
+        self.extrapolated["gemm"] += count
+        for mm, t in zip(range(lo, lo + self.GEMM_BLOCK), times):
             memo[(mm, n, k)] = t
 
     def attention_prefill_s(
@@ -353,6 +316,23 @@ class FittedPredictor:
         if t is None:
             t = self._store(memo, num_bytes, fn(num_bytes))
         return t
+
+    def prefetch_elementwise(self, calls) -> None:
+        """Evaluate the elementwise calls ``(num_bytes, op)`` this run may make soon, together,
+        into the process's memo (:mod:`lmmsim.costmodel.fitcache`); nothing is counted or
+        memoised for this run, so its results and its summary stay as they were."""
+        classes = self.fit.classes
+        if "elementwise" not in classes or classes["elementwise"].derived_from:
+            return
+        by_model: dict[str | None, list] = {}
+        for num_bytes, op in calls:
+            if num_bytes > 0:
+                canonical = opdata.canonical_elementwise_op(op)
+                by_model.setdefault(canonical if canonical in classes["elementwise"].per_op else None,
+                                    []).append((num_bytes,))
+        for op, args in by_model.items():
+            lc = classes["elementwise"] if op is None else classes["elementwise"].per_op[op]
+            self._shared.scalar("elementwise", lc, op).fill(args)
 
     def allreduce_s(self, num_bytes: float, world: int) -> float:
         """All-reduce of ``num_bytes`` over ``world`` GPUs; 0 for one GPU or no bytes."""

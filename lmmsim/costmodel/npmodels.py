@@ -108,6 +108,12 @@ class ForestModel:
 
     Inputs are rounded to float32 before the ``x <= threshold`` tests, as
     scikit-learn does, so predictions equal its own to float rounding.
+
+    Both paths walk every tree at once over flat arrays with the children as global
+    node indices: :meth:`predict_s` descends all (tree, row) pairs together for the
+    forest's depth (a leaf is its own child, so finished pairs stay put), and
+    :meth:`scalar_s` walks flat Python lists (built on its first call). Neither
+    changes a prediction: the same tests, the trees' values summed in tree order.
     """
 
     def __init__(self, arrays):
@@ -117,11 +123,46 @@ class ForestModel:
         self.feature = np.asarray(arrays["feature"], np.int64)
         self.threshold = np.asarray(arrays["threshold"], float)
         self.value = np.asarray(arrays["value"], float)
-        ends = list(self.offsets[1:]) + [len(self.left)]
-        self._trees = [tuple(a[s:e].tolist() for a in (self.left, self.right, self.feature, self.threshold,
-                                                         self.value)) for s, e in zip(self.offsets, ends)]
+        n = len(self.left)
+        tree = np.repeat(np.arange(len(self.offsets)), np.diff(np.append(self.offsets, n)))
+        base = self.offsets[tree]
+        leaf = self.left < 0
+        own = np.arange(n, dtype=np.int64)
+        self._left_g = np.where(leaf, own, self.left + base)
+        self._right_g = np.where(leaf, own, self.right + base)
+        self._feature_g = np.where(leaf, 0, self.feature)
+        self._depth = self._max_depth()
+        self._lists = None
+
+    def _max_depth(self) -> int:
+        """Edges on the longest root-to-leaf path of any tree (the descents :meth:`predict_s` needs)."""
+        depth = 0
+        node = self.offsets.copy()
+        while True:
+            inner = self.left[node] >= 0
+            if not inner.any():
+                return depth
+            node = np.concatenate([self._left_g[node[inner]], self._right_g[node[inner]]])
+            depth += 1
+
+    def _leaf_totals(self, X32: np.ndarray) -> np.ndarray:
+        """Per row of float32-rounded inputs, the sum of its leaf values over the trees, in tree order."""
+        cols = np.arange(len(X32))[None, :]
+        node = np.repeat(self.offsets[:, None], len(X32), axis=1)  # (trees, rows)
+        for _ in range(self._depth):
+            go_left = X32[cols, self._feature_g[node]] <= self.threshold[node]
+            node = np.where(go_left, self._left_g[node], self._right_g[node])
+        total = np.zeros(len(X32))
+        for v in self.value[node]:  # tree by tree, as the trees were summed one at a time
+            total += v
+        return total
 
     def predict_s(self, X: np.ndarray) -> np.ndarray:
+        X32 = np.asarray(X, np.float32).astype(float)
+        return np.exp(self._leaf_totals(X32) / len(self.offsets))
+
+    def predict_s_reference(self, X: np.ndarray) -> np.ndarray:
+        """:meth:`predict_s` one tree at a time, the straightforward way (the tests' reference)."""
         X32 = np.asarray(X, np.float32).astype(float)
         rows = np.arange(len(X32))
         total = np.zeros(len(X32))
@@ -139,12 +180,39 @@ class ForestModel:
         return np.exp(total / len(self.offsets))
 
     def scalar_s(self, x) -> float:
+        if self._lists is None:
+            inner = self.left >= 0
+            self._lists = (self.offsets.tolist(), np.where(inner, self._left_g, -1).tolist(),
+                           self._right_g.tolist(), self.feature.tolist(), self.threshold.tolist(),
+                           self.value.tolist())
+        roots, left, right, feature, threshold, value = self._lists
         x = array("f", x).tolist()
         total = 0.0
-        for left, right, feature, threshold, value in self._trees:
+        for node in roots:
+            while left[node] >= 0:
+                node = left[node] if x[feature[node]] <= threshold[node] else right[node]
+            total += value[node]
+        return math.exp(total / len(roots))
+
+    def scalar_many(self, rows) -> list[float]:
+        """``[scalar_s(x) for x in rows]`` in one vectorised descent, the very same floats: the
+        same float32 rounding and tests, the trees' values summed in order, Python's exp."""
+        if not len(rows):
+            return []
+        total = self._leaf_totals(np.array([array("f", x).tolist() for x in rows]))
+        n = len(self.offsets)
+        return [math.exp(t / n) for t in total.tolist()]
+
+    def scalar_s_reference(self, x) -> float:
+        """:meth:`scalar_s` over one Python list per tree, the straightforward way (the tests' reference)."""
+        ends = list(self.offsets[1:]) + [len(self.left)]
+        x = array("f", x).tolist()
+        total = 0.0
+        for s, e in zip(self.offsets, ends):
+            left, right, feature, threshold, value = (a[s:e].tolist() for a in (
+                self.left, self.right, self.feature, self.threshold, self.value))
             node = 0
             while left[node] >= 0:
                 node = left[node] if x[feature[node]] <= threshold[node] else right[node]
             total += value[node]
-        return math.exp(total / len(self._trees))
-
+        return math.exp(total / len(ends))

@@ -10,6 +10,9 @@ Two additions to :class:`simpy.Environment`:
   (priority ``LATE``): a step that ends, or an idle engine that wakes, at the
   instant requests arrive sees all of them, not only those whose arrival event
   happened to be scheduled first;
+* :meth:`SimEnvironment.call_at` runs ``fn(value)`` at an absolute time, one
+  event and no process: engines that keep their own state machine (the
+  pipeline engine) step without a generator resume per event;
 * an event counter (``num_events``) for the run summary.
 
 Same-time events keep SimPy's insertion order, so runs are deterministic.
@@ -35,6 +38,23 @@ class _AbsoluteTimeout(Event):
         heappush(env._queue, (when, priority, next(env._eid), self))
 
 
+def _invoke(event: "_Call") -> None:
+    event.fn(event._value)
+
+
+class _Call(Event):
+    """A triggered event that runs ``fn(value)``; ``key`` is its place in the queue."""
+
+    def __init__(self, env: "SimEnvironment", key: tuple, fn, value):
+        self.env = env
+        self.callbacks = [_invoke]
+        self.fn = fn
+        self._value = value
+        self._ok = True
+        self.key = key
+        heappush(env._queue, (*key, self))
+
+
 class SimEnvironment(simpy.Environment):
     def __init__(self, initial_time: float = 0.0):
         super().__init__(initial_time)
@@ -46,6 +66,18 @@ class SimEnvironment(simpy.Environment):
         if when < self._now:
             raise ValueError(f"timeout_at({when}) is in the past (now={self._now})")
         return _AbsoluteTimeout(self, when, LATE if late else NORMAL)
+
+    def call_at(self, when: float, fn, value, priority: int = LATE) -> Event:
+        """Run ``fn(value)`` at absolute time ``when``. Same-time order as any event: by
+        ``priority``, then by when it was scheduled."""
+        if when < self._now:
+            raise ValueError(f"call_at({when}) is in the past (now={self._now})")
+        return _Call(self, (when, priority, next(self._eid)), fn, value)
+
+    def call_keyed(self, key: tuple, fn, value) -> Event:
+        """:meth:`call_at` with the queue key ``(when, priority, event id)`` already drawn (an
+        event planned ahead of time keeps the place it was given)."""
+        return _Call(self, key, fn, value)
 
     def succeed_late(self, event: Event) -> None:
         """Trigger ``event`` now, after the ordinary events of this instant."""

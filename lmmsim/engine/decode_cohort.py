@@ -15,6 +15,14 @@ joins or leaves, not per member:
   to its ``token_spans``: it emitted one token at each ``step_ends[first:stop]``
   (:mod:`lmmsim.metrics.itl` expands them into inter-token latencies).
 
+Bounded memory (``sim.keep_requests: false``): ``step_ends`` is a :class:`StepEnds`,
+a list whose item ``k - step_ends.base`` is step ``k``'s end. :meth:`DecodeCohort.bound_ends`
+has the cohort drop, now and then, the steps no request can still need: those before
+the oldest member's entry step and before every span not yet consumed (a span is
+*pinned* from :meth:`leave` until its request's ITL is taken, :meth:`StepEnds.unpin`). Before
+dropping them it hands them to ``on_trim(step_ends, new_base)``, which counts the gaps
+there (lmmsim.metrics.stream). Without it nothing is ever dropped (``base`` stays 0).
+
 A monolithic engine has one cohort. A pipeline-parallel engine has one per
 micro-batch slot (vLLM's virtual engines): a member stays in its slot.
 """
@@ -26,6 +34,32 @@ import heapq
 from lmmsim.engine.kv_cache import blocks_for
 
 
+#: Steps between two looks for droppable step ends (bounded-memory runs only).
+TRIM_EVERY = 16384
+
+
+class StepEnds(list):
+    """A cohort's step end times; item ``k - base`` is step ``k``'s (``base``: steps dropped)."""
+
+    __slots__ = ("base", "cover", "pins")
+
+    def __init__(self):
+        super().__init__()
+        self.base = 0
+        self.cover: list = []  # (lo, hi, modality code) of consumed spans (lmmsim.metrics.stream)
+        self.pins: dict[int, int] | None = None  # first step of an unconsumed span -> how many
+
+    def unpin(self, first: int) -> None:
+        """The span that started at step ``first`` has been consumed."""
+        if self.pins is None:
+            return
+        left = self.pins[first] - 1
+        if left:
+            self.pins[first] = left
+        else:
+            del self.pins[first]
+
+
 class DecodeCohort:
     def __init__(self, block_size: int):
         self.block_size = block_size
@@ -34,7 +68,9 @@ class DecodeCohort:
         self._finish_heap: list = []  # (finish_step, admit_order, request_id)
         self._phase_counts = [0] * block_size
         self._base_sum = 0
-        self.step_ends: list[float] = []  # end time of each step run so far
+        self.step_ends = StepEnds()  # end time of each step run so far (from ``step_ends.base``)
+        self._next_trim = float("inf")  # step_no at which to look for droppable steps (bound_ends)
+        self._on_trim = None
 
     def __len__(self) -> int:
         return len(self.members)
@@ -81,6 +117,9 @@ class DecodeCohort:
         first = seq.num_generated - seq.gen_base  # the step it entered at (num_generated is not yet moved)
         if self.step_no > first:
             seq.token_spans.append((self.step_ends, first, self.step_no))
+            pins = self.step_ends.pins
+            if pins is not None:
+                pins[first] = pins.get(first, 0) + 1
         seq.num_computed = seq.num_scheduled = seq.dec_base + self.step_no
         seq.num_generated = seq.gen_base + self.step_no
         seq.num_blocks = blocks_for(seq.num_computed, self.block_size)
@@ -90,6 +129,8 @@ class DecodeCohort:
         self.step_ends.append(ended_at)
         last = self.step_no
         self.step_no = last + 1
+        if last >= self._next_trim:
+            self._trim()
         heap = self._finish_heap
         if not heap or heap[0][0] > last:  # the common case: nobody finished
             return []
@@ -101,7 +142,34 @@ class DecodeCohort:
         admission order)."""
         self.step_ends.extend(ends)
         self.step_no += len(ends)
-        return self._pop_finished(self.step_no - 1)
+        done = self._pop_finished(self.step_no - 1)
+        if self.step_no > self._next_trim:
+            self._trim()
+        return done
+
+    # ------------------------------------------------ bounded memory (module docstring)
+    def bound_ends(self, on_trim) -> None:
+        """Drop step ends no request can need any more, handing them to ``on_trim`` first."""
+        self.step_ends.pins, self._on_trim = {}, on_trim
+        self._next_trim = self.step_no + TRIM_EVERY
+
+    def needed_from(self) -> int:
+        """The first step whose end a member or an unconsumed span may still read."""
+        low = self.step_no
+        for seq in self.members.values():  # join order: the first joined earliest
+            low = min(low, seq.num_generated - seq.gen_base)
+            break
+        return min(low, min(self.step_ends.pins, default=low))
+
+    def _trim(self) -> None:
+        self._next_trim = self.step_no + TRIM_EVERY
+        ends = self.step_ends
+        new_base = self.needed_from()
+        if new_base - ends.base < TRIM_EVERY // 2:
+            return
+        self._on_trim(ends, new_base)
+        del ends[: new_base - ends.base]
+        ends.base = new_base
 
     def _pop_finished(self, last: int) -> list:
         done = []

@@ -53,6 +53,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from lmmsim.engine.blocked_order import BlockedOrder, static_order
 from lmmsim.engine.embedding_tracker import EmbeddingTracker
 from lmmsim.engine.links import Link, Sender
 from lmmsim.policies.encode_dispatch import EncodeItem
@@ -68,19 +69,23 @@ class ByteBudget:
     order with :meth:`grant`; it returns whether it granted one.
     """
 
-    def __init__(self, env, capacity_bytes: float, on_blocked=None):
+    def __init__(self, env, capacity_bytes: float, on_blocked=None, order=None):
         self.env = env
         self.capacity = capacity_bytes
         self.used = 0.0
         self.peak = 0.0
         self.on_blocked = on_blocked
         self.waiting: deque = deque()  # (num_bytes, event, owner), oldest first
+        self.order = order  # a BlockedOrder told of each reservation waiting and leaving, or None
 
     def acquire(self, num_bytes: float, owner=None):
         if num_bytes > self.capacity:
             raise ValueError(f"a reservation of {num_bytes:.0f} B exceeds the whole buffer ({self.capacity:.0f} B)")
         ev = self.env.event()
-        self.waiting.append((num_bytes, ev, owner))
+        entry = (num_bytes, ev, owner)
+        self.waiting.append(entry)
+        if self.order is not None:
+            self.order.added(entry)
         self._grant()
         return ev
 
@@ -94,7 +99,12 @@ class ByteBudget:
 
     def grant(self, entry) -> None:
         """Grant the waiting ``entry`` now (it must fit)."""
-        self.waiting.remove(entry)
+        if self.waiting[0] is entry:
+            self.waiting.popleft()
+        else:
+            self.waiting.remove(entry)
+        if self.order is not None:
+            self.order.removed(entry)
         num_bytes, ev, _owner = entry
         self.used += num_bytes
         self.peak = max(self.peak, self.used)
@@ -134,7 +144,10 @@ class EmbeddingInbox:
                  resend=None):
         self.env = env
         self.engine = engine
-        self.buffer = ByteBudget(env, buffer_bytes, on_blocked=None if admit_when_complete else self._make_room)
+        streaming = not admit_when_complete
+        self.buffer = ByteBudget(env, buffer_bytes, on_blocked=self._make_room if streaming else None,
+                                 order=BlockedOrder(engine.scheduler)
+                                 if streaming and static_order(engine.scheduler.queue) else None)
         self.bytes_per_token = bytes_per_token
         self.admit_when_complete = admit_when_complete
         # ``resend(items)``: send evicted items again (the front end's transfer path)
@@ -251,18 +264,22 @@ class EmbeddingInbox:
         if it lies after a gap in its request's embeddings (nothing consumes it before
         the gap fills) -- which also frees a request's own later items for its earlier one."""
         rank = self.engine.scheduler.consumption_rank
-        entry = min(self.buffer.waiting, key=lambda e: (rank(e[2][0]), e[2][1]))
+        order = self.buffer.order
+        entry = (order.first() if order is not None
+                 else min(self.buffer.waiting, key=lambda e: (rank(e[2][0]), e[2][1])))
         bound = (rank(entry[2][0]), entry[2][1])
         victims = []
         for rid, landed in self._landed.items():
             tracker = self.trackers[rid]
+            seq_rank = None  # one request's items share its rank
             for index, (_enc, it) in landed.items():
-                if not tracker.unreleased_tokens(index):
-                    continue  # consumed already (a preempted request's): evicting frees nothing
-                if it.seq.status == "waiting" or index >= tracker.num_leading_ready:
-                    key = (rank(it.seq), index)
-                    if key > bound:
-                        victims.append((key, rid, index))
+                if it.seq.status != "waiting" and index < tracker.num_leading_ready:
+                    continue  # consumed in order, nothing ahead of it missing
+                if seq_rank is None:
+                    seq_rank = rank(it.seq)
+                key = (seq_rank, index)
+                if key > bound and tracker.unreleased_tokens(index):  # else consumed already (a
+                    victims.append((key, rid, index))  # preempted request's): evicting frees nothing
         victims.sort()
         evicted = []
         while victims and not self.buffer.fits(entry[0]):

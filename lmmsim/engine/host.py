@@ -76,16 +76,27 @@ class HostPool:
         """(start, end, worker) of each job, submitted in order at ``submitted_at`` (non-decreasing):
         each takes the lowest-numbered idle worker, or waits for the first to free up, and holds it for
         ``cost_s(job)`` -- evaluated in start order, as the event-driven pool does."""
-        free_at = [0.0] * self.workers
-        out = []
-        for job, at in zip(jobs, submitted_at):
-            idle = [w for w, t in enumerate(free_at) if t <= at]
-            worker = idle[0] if idle else min(range(self.workers), key=lambda w: (free_at[w], w))
-            start = max(at, free_at[worker])
-            end = start + self.cost_s(job)
-            free_at[worker] = end
-            out.append((start, end, worker))
-        return out
+        take = self.planner()
+        return [take(job, at) for job, at in zip(jobs, submitted_at)]
+
+    def planner(self):
+        """:meth:`plan` one job at a time: ``take(job, submitted_at) -> (start, end, worker)``."""
+        idle = list(range(self.workers))  # a heap of the idle workers' indices
+        busy: list = []  # a heap of (free at, worker) of the others
+        cost_s = self.cost_s
+
+        def take(job, at: float) -> tuple[float, float, int]:
+            while busy and busy[0][0] <= at:  # submissions come in time order: free for good
+                heapq.heappush(idle, heapq.heappop(busy)[1])
+            if idle:
+                worker, start = heapq.heappop(idle), at
+            else:  # the first to free up (lowest index on a tie)
+                start, worker = heapq.heappop(busy)
+            end = start + cost_s(job)
+            heapq.heappush(busy, (end, worker))
+            return start, end, worker
+
+        return take
 
     def record(self, job, submitted_at: float, start: float, end: float, worker: int) -> None:
         """Book a planned job as it is delivered: timestamps, busy time, wait, trace record."""

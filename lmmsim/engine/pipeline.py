@@ -24,29 +24,62 @@ simplification). Encoder work of the batch (monolithic deployments, vLLM runs
 it on the first PP rank) is added to stage 0. Between stages the batch's
 activations (tokens x hidden x 2 bytes) are sent point to point; the send
 does not occupy either stage.
+
+How it runs: the engine is a state machine with SimPy events only where the
+rest of the simulation can see it -- stage 0 granted to a slot (the batch is
+built then), stage 0 released (the next chunk may enter; the next slot is
+granted), the batch's last stage done (its tokens are out). Stages 1 and on
+are computed as the batch leaves stage 0: it enters stage ``s`` when its
+activations arrive or when the batch ahead of it leaves, whichever is later.
+Batches keep their pipeline order at every stage (activations travel over one
+ordered channel per stage pair, as NCCL's p2p sends do). Stage 0's grant and
+release follow a FIFO SimPy resource's event order exactly (a grant is an
+ordinary event at the instant the stage frees, after the release's own
+event), so the timeline is the one a resource per stage gave. When a stage
+shares its GPUs with another worker its run time is only known once run, and
+the engine falls back to one process per slot
+(:mod:`lmmsim.engine.pipeline_shared`).
+
+Fast-forward (:mod:`lmmsim.engine.pipeline_ff`): while every batch is
+decode-only with nothing that could join, the engine runs its own events
+ahead of the simulation clock, in a plain loop, up to the next arrival, the
+next completion that finishes a request, or a batch whose KV blocks do not
+fit; decode batches are then built and completed from the cohorts' counters
+without the scheduler, which takes the stretch's steps in one go.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Callable
 
-import simpy
+from simpy.events import NORMAL, URGENT
 
+from lmmsim.engine.clock import LATE
+from lmmsim.engine.pipeline_batch import Batch, pass_stages, plan_kind, plan_request_ids
+from lmmsim.engine.pipeline_ff import Ahead, quiet_point, run_ahead
+from lmmsim.engine.pipeline_shared import start_shared_slots
 from lmmsim.engine.scheduler import ContinuousBatchingScheduler, SeqState, StepPlan
 from lmmsim.engine.steplog import StepRecord, engine_counters
 
-
-def plan_kind(plan: StepPlan) -> str:
-    if plan.chunks and plan.num_decodes:
-        return "mixed"
-    return "prefill" if plan.chunks else "decode"
+__all__ = ["Batch", "PipelineEngine", "plan_kind", "plan_request_ids"]
 
 
-def plan_request_ids(plan: StepPlan, scheduler: ContinuousBatchingScheduler) -> tuple[int, ...]:
-    ids = [s.request.request_id for s, _, _ in plan.chunks]
-    if plan.num_decodes:
-        ids.extend(scheduler.cohorts[plan.slot].members)
-    return tuple(ids)
+class Change:
+    """The "something changed" signal idle slots wait on. Like a SimPy event it is
+    triggered once and processed by an event at that instant, after the ordinary ones,
+    which wakes its waiters in the order they began to wait. That event's key is drawn
+    when it is triggered, but it is only queued if someone waits: a signal nobody waits
+    on counts as processed from the next instant on (waits happen in grants, ordinary
+    events, which run before the processing event of their own instant)."""
+
+    __slots__ = ("triggered", "queued", "key", "waiters")
+
+    def __init__(self):
+        self.triggered = False
+        self.queued = False
+        self.key = None  # (when, priority, event id) of its processing event, once triggered
+        self.waiters: list = []
 
 
 class PipelineEngine:
@@ -67,6 +100,9 @@ class PipelineEngine:
         step_log: list | None = None,
         on_batch: Callable | None = None,
         stage_runs: list | None = None,
+        barrier_at: Callable[[], float] | None = None,
+        fast_forward: bool = False,
+        quiet: Callable[[], bool] | None = None,
     ):
         if num_stages < 1 or len(stage_gpu_ids) != num_stages:
             raise ValueError("one GPU group per stage")
@@ -87,10 +123,30 @@ class PipelineEngine:
         self.step_log = step_log
         self.stage_busy_s = [0.0] * num_stages
         self.num_steps = 0
-        self._stages = [simpy.Resource(env, capacity=1) for _ in range(num_stages)]
-        self._changed = env.event()
-        for slot in range(len(scheduler.cohorts)):
-            env.process(self._run_slot(slot))
+        self._shared = any(self.stage_runs)
+        if self._shared:
+            self._changed = env.event()
+            start_shared_slots(self)
+            return
+        num_slots = len(scheduler.cohorts)
+        self._q = env  # where the engine's events go: the simulation, or its own queue when running ahead
+        self._ahead: Ahead | None = None
+        self._changed = Change()
+        self._holder = None  # the slot stage 0 is granted to
+        self._waiting0: deque = deque()  # slots that asked for stage 0, in order
+        self._stage_free = [0.0] * num_stages  # when each later stage's last batch leaves it
+        self._slot_changed = [None] * num_slots  # the change signal each slot saw when it asked
+        self._in_flight: dict = {}  # slot -> (Batch, its completion event), batches past stage 0
+        self._zero_pending = 0  # grant, release and change events not yet run (all at their instant)
+        # decode-only stretches run ahead (lmmsim.engine.pipeline_ff); not while logging steps
+        self._fast_forward = fast_forward and barrier_at is not None and step_log is None and num_stages > 1
+        self.barrier_at = barrier_at
+        self.quiet = quiet  # () -> may nothing reach the engine from outside before the next arrival?
+        # handlers as attributes, so a queued event's function can be told by identity
+        self._h_granted, self._h_left0, self._h_done = self._granted, self._left_stage0, self._done
+        self._h_fire = self._fire
+        self._activation: dict = {}  # activation send time by batch tokens
+        env.call_at(env.now, self._boot, num_slots, URGENT)  # as each slot's process would start
 
     # ------------------------------------------------------------ engine API
     @property
@@ -115,66 +171,144 @@ class PipelineEngine:
 
     def notify(self) -> None:
         """Something changed that may make a batch schedulable: wake idle slots."""
-        if not self._changed.triggered:
-            self.env.succeed_late(self._changed)
+        if self._shared:
+            if not self._changed.triggered:
+                self.env.succeed_late(self._changed)
+            return
+        change = self._changed
+        if not change.triggered:
+            change.triggered = True
+            change.key = (self._q.now, LATE, next(self.env._eid))
+            if change.waiters:
+                self._queue_fire(change)
 
-    def _wait_for_change(self):
-        if self._changed.triggered:
-            self._changed = self.env.event()
-        return self._changed
+    def _queue_fire(self, change: Change) -> None:
+        change.queued = True
+        self._zero_pending += 1
+        self._q.call_keyed(change.key, self._h_fire, change)
 
-    # --------------------------------------------------------------- the loop
-    def _run_slot(self, slot: int):
-        env = self.env
+    # ------------------------------------------------------------- stage 0
+    def _boot(self, num_slots: int) -> None:
+        for slot in range(num_slots):
+            self._ask(slot)
+
+    def _fire(self, change: Change) -> None:
+        self._zero_pending -= 1
+        waiters, change.waiters = change.waiters, None  # processed
+        for slot in waiters:
+            self._ask(slot)
+
+    def _ask(self, slot: int) -> None:
+        """``slot`` asks for stage 0 (a batch slot's loop starts over)."""
+        change = self._changed
+        if change.triggered:
+            change = self._changed = Change()
+        self._slot_changed[slot] = change
+        self._waiting0.append(slot)
+        self._give0()
+
+    def _give0(self, key: tuple | None = None) -> None:
+        """A free stage 0 goes to the slot that asked first; it builds its batch in an
+        ordinary event at this instant, as a resource's granted request would (``key``:
+        that event's place, if already drawn)."""
+        if self._holder is None and self._waiting0:
+            slot = self._holder = self._waiting0.popleft()
+            self._zero_pending += 1
+            q = self._q
+            if key is None:
+                q.call_at(q.now, self._h_granted, slot, NORMAL)
+            else:
+                q.call_keyed(key, self._h_granted, slot)
+
+    def _release0(self) -> None:
+        """Stage 0 is free. A FIFO resource grants the next asker when the release's own
+        event runs, right after this one's; the grant event takes that event's place (the
+        asker first in line then is the one first in line now: later askers queue behind)."""
+        self._holder = None
+        if self._waiting0:
+            self._give0((self._q.now, NORMAL, next(self.env._eid)))
+
+    def _wait_change(self, slot: int) -> None:
+        change = self._slot_changed[slot]
+        if change.waiters is None or (change.triggered and change.key[0] < self._q.now):
+            self._ask(slot)  # already processed: ask again at once
+            return
+        change.waiters.append(slot)
+        if change.triggered and not change.queued:
+            self._queue_fire(change)
+
+    # --------------------------------------------------------------- a batch
+    def _granted(self, slot: int) -> None:
+        self._zero_pending -= 1
         sched = self.scheduler
         cost = self.cost
-        stages = self._stages
-        last = self.num_stages - 1
-        while True:
-            changed = self._wait_for_change()
-            hold = stages[0].request()
-            yield hold
-            start = env.now
-            plan = sched.schedule(start, slot)
-            if plan.is_empty:
-                stages[0].release(hold)
-                if not plan.preempted:  # after an evict-only batch, retry at once
-                    yield changed
-                continue
-            encode_s = cost.encode_call_s([seg.item.encoder for _, seg in plan.encodes]) if plan.encodes else 0.0
-            shapes = (plan.chunk_shapes, plan.num_decodes, plan.decode_context_sum, plan.num_sampled)
-            stage_s = cost.llm_step_s(*shapes) / self.num_stages
-            parts = cost.llm_step_parts(*shapes) if any(self.stage_runs) else None
-            ids = plan_request_ids(plan, sched) if self.step_log is not None else ()
-            counters = engine_counters(sched) if self.step_log is not None else {}
-            kind = plan_kind(plan)
-            for s in range(self.num_stages):
-                if s:
-                    yield env.timeout_at(env.now + self.activation_s(plan.num_tokens))
-                    hold = stages[s].request()
-                    yield hold
-                t0 = env.now
-                if self.stage_runs[s] is None:
-                    run_s = stage_s + (encode_s if s == 0 else 0.0)
-                    yield env.timeout_at(t0 + run_s)
-                else:
-                    yield self.stage_runs[s](parts[0] / self.num_stages, parts[1] / self.num_stages)
-                    run_s = env.now - t0
-                stages[s].release(hold)
-                self.stage_busy_s[s] += run_s
-                if self.step_log is not None:
-                    self.step_log.append(StepRecord(f"{self.name}/stage{s}", t0, env.now, kind, ids,
-                                                    plan.num_tokens, len(ids), **(counters if s == 0 else {})))
-                if s == 0 and self.chunk_pipelining and s != last:
-                    sched.release_chunks(plan)
-                    self.notify()
-            self.num_steps += 1
-            handoffs: list = []
-            finished = sched.complete(plan, start, start + encode_s, env.now, handoffs)
-            if self.on_batch is not None:
-                self.on_batch(plan)
+        start = self._q.now
+        plan = sched.schedule(start, slot)
+        if plan.is_empty:
+            self._release0()
+            if plan.preempted:  # after an evict-only batch, retry at once
+                self._ask(slot)
+            else:
+                self._wait_change(slot)
+            return
+        encode_s = cost.encode_call_s([seg.item.encoder for _, seg in plan.encodes]) if plan.encodes else 0.0
+        stage_s = cost.llm_step_s(plan.chunk_shapes if plan.chunks else (), plan.num_decodes,
+                                  plan.decode_context_sum, plan.num_sampled) / self.num_stages
+        if self.step_log is None:
+            batch = Batch(slot, plan, start, encode_s, stage_s, "", (), None)
+        else:
+            batch = Batch(slot, plan, start, encode_s, stage_s, plan_kind(plan), plan_request_ids(plan, sched),
+                          engine_counters(sched))
+        self._q.call_at(start + (stage_s + encode_s), self._h_left0, batch)
+
+    def _left_stage0(self, batch: Batch) -> None:
+        if self._fast_forward and self._ahead is None and quiet_point(self):
+            run_ahead(self, batch)  # this event and the engine's next ones, ahead of the clock
+            return
+        q = self._q
+        now = q.now
+        self._release0()
+        self.stage_busy_s[0] += batch.stage_s + batch.encode_s
+        self._log(batch, 0, batch.start, now)
+        if self.num_stages == 1:
+            self._complete(batch.plan, batch.start, batch.encode_s)
+            self._ask(batch.slot)
+            return
+        if self.chunk_pipelining:
+            self.scheduler.release_chunks(batch.plan)
             self.notify()
-            for seq in finished:
-                self.on_finish(seq)
-            for seq in handoffs:
-                self.on_handoff(seq)
+        log = (lambda s, begin, end: self._log(batch, s, begin, end)) if self.step_log is not None else None
+        batch.done_at = pass_stages(self._stage_free, self.stage_busy_s, now, self._activation_of(batch.plan.num_tokens),
+                                    batch.stage_s, self.num_stages, log)
+        self._in_flight[batch.slot] = (batch, q.call_at(batch.done_at, self._h_done, batch))
+
+    def _done(self, batch: Batch) -> None:
+        del self._in_flight[batch.slot]
+        self._complete(batch.plan, batch.start, batch.encode_s)
+        self._ask(batch.slot)
+
+    def _activation_of(self, tokens: int) -> float:
+        """The activation send of a batch of ``tokens`` (memoised by count)."""
+        act = self._activation.get(tokens)
+        if act is None:
+            act = self._activation[tokens] = self.activation_s(tokens)
+        return act
+
+    def _log(self, batch: Batch, stage: int, begin: float, end: float) -> None:
+        if self.step_log is not None:
+            self.step_log.append(StepRecord(f"{self.name}/stage{stage}", begin, end, batch.kind, batch.ids,
+                                            batch.plan.num_tokens, len(batch.ids),
+                                            **(batch.counters if stage == 0 else {})))
+
+    def _complete(self, plan: StepPlan, start: float, encode_s: float) -> None:
+        """The batch left the last stage: apply it, then hand on what it finished."""
+        self.num_steps += 1
+        handoffs: list = []
+        finished = self.scheduler.complete(plan, start, start + encode_s, self.env.now, handoffs)
+        if self.on_batch is not None:
+            self.on_batch(plan)
+        self.notify()
+        for seq in finished:
+            self.on_finish(seq)
+        for seq in handoffs:
+            self.on_handoff(seq)

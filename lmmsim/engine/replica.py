@@ -9,12 +9,25 @@ Fast-forward: while the batch is decode-only and nothing can join it, the
 replica computes a stretch of steps in a plain loop and yields one event at
 its end. The stretch stops before the next decode completion step ends past
 it, before KV blocks would run out, and before any step that would end at or
-after the next arrival anywhere (``barrier_at``), so every request sees the
-same timeline as stepping one by one (tests compare the two bit for bit).
+after ``barrier_at()``, so every request sees the same timeline as stepping
+one by one (tests compare the two bit for bit).
+
+A stretch is interruptible: ``barrier_at`` need not foresee arrivals (a fleet
+has one somewhere almost always, which would cut every stretch short). When
+work reaches the replica mid-stretch (:meth:`submit`, :meth:`notify`), it first
+*syncs*: it applies the steps that ended strictly before now -- exactly those
+a stretch cut at this arrival would have run -- and turns the step in progress
+into an ordinary step ending when it was going to, so the timeline is
+unchanged. Arrivals are ordinary events and engine events run after them at
+the same instant (:mod:`lmmsim.engine.clock`): a step ending exactly now is
+still in progress and sees the arrival, as when stepping. The replica's
+``load`` needs no sync: it only changes at completions, which end a stretch.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
+from heapq import heapify
 from typing import Callable
 
 from lmmsim.engine.clock import SimEnvironment
@@ -58,6 +71,11 @@ class Replica:
         self.busy_s = 0.0
         self.num_steps = 0
         self._wakeup = None
+        # the stretch being waited for: (start, step ends, KV blocks, busy_s after each step, counters)
+        self._stretch = None
+        # after a sync: the step in progress, (start, plan, encode_s, step_s, end, counters)
+        self._in_progress = None
+        self._abandoned: list = []  # stretch-end timeouts a sync left in the event queue
         self.process = env.process(self._run())
 
     @property
@@ -68,12 +86,16 @@ class Replica:
         return {g: self.busy_s for g in self.gpu_ids}
 
     def submit(self, seq: SeqState) -> None:
+        if self._stretch is not None:
+            self.sync()
         seq.replica = self.index
         self.scheduler.add(seq)
         self.notify()
 
     def notify(self) -> None:
         """New work may be schedulable (an arrival, a hand-off, freed KV): wake if idle."""
+        if self._stretch is not None:
+            self.sync()
         if self._wakeup is not None and not self._wakeup.triggered:
             self.env.succeed_late(self._wakeup)
 
@@ -81,27 +103,36 @@ class Replica:
         for seq in finished:
             self.on_finish(seq)
 
+    def _sleep(self):
+        """Wait to be notified."""
+        if self._abandoned:
+            self._drop_abandoned()
+        self._wakeup = self.env.event()
+        yield self._wakeup
+        self._wakeup = None
+
     def _run(self):
         env = self.env
         sched = self.scheduler
         cost = self.cost
         while True:
             if not sched.has_work():
-                self._wakeup = env.event()
-                yield self._wakeup
-                self._wakeup = None
+                yield from self._sleep()
             now = env.now
             if self.fast_forward and sched.can_fast_forward():
-                steps, end_at, ends, blocks = self._plan_stretch(now)
+                steps, end_at, ends, blocks, busies = self._plan_stretch(now)
                 if steps > 1:
                     counters = engine_counters(sched) if self.step_log is not None else None
+                    self._stretch = (now, ends, blocks, busies, counters)
                     yield env.timeout_at(end_at)
-                    self.num_steps += steps
-                    if self.step_log is not None:
-                        self.step_log.append(StepRecord(self.name, now, end_at, "decode_run",
-                                                        tuple(sched.decoding), len(sched.decoding) * steps, steps,
-                                                        **counters))
-                    self._finish_all(sched.advance_decodes(ends, blocks))
+                    step = self._in_progress
+                    if step is None:  # the stretch ran to its end
+                        self._stretch = None
+                        self.busy_s = busies[-1]
+                        self._apply(now, ends, blocks, counters)
+                    else:  # a sync cut it: the step then in progress has ended
+                        self._in_progress = None
+                        self._complete(*step)
                     continue
             plan = sched.schedule(now)
             if plan.is_empty:
@@ -115,9 +146,7 @@ class Replica:
                         f"(free KV blocks {sched.pool.num_free}, waiting {len(sched.queue)})"
                     )
                 # Embeddings still on the way: sleep until an arrival or hand-off wakes us.
-                self._wakeup = env.event()
-                yield self._wakeup
-                self._wakeup = None
+                yield from self._sleep()
                 continue
             counters = engine_counters(sched) if self.step_log is not None else None  # as the step starts
             if self.run is None:
@@ -135,21 +164,79 @@ class Replica:
                 yield self.run(compute_s, memory_s)
                 end_at = env.now
                 step_s = end_at - now
-            self.busy_s += step_s
-            self.num_steps += 1
-            if self.step_log is not None:
-                self.step_log.append(StepRecord(self.name, now, end_at, plan_kind(plan), plan_request_ids(plan, sched),
-                                                plan.num_tokens, len(plan.chunks) + plan.num_decodes, **counters))
-            handoffs: list = []
-            self._finish_all(sched.complete(plan, now, now + encode_s, end_at, handoffs))
-            if self.on_batch is not None:
-                self.on_batch(plan)
-            for seq in handoffs:
-                self.on_handoff(seq)
+            self._complete(now, plan, encode_s, step_s, end_at, counters)
 
-    def _plan_stretch(self, now: float) -> tuple[int, float, list, int]:
+    def _complete(self, now: float, plan, encode_s: float, step_s: float, end_at: float, counters) -> None:
+        """The step ``plan`` that started at ``now`` has ended at ``end_at``."""
+        sched = self.scheduler
+        self.busy_s += step_s
+        self.num_steps += 1
+        if self.step_log is not None:
+            self.step_log.append(StepRecord(self.name, now, end_at, plan_kind(plan), plan_request_ids(plan, sched),
+                                            plan.num_tokens, len(plan.chunks) + plan.num_decodes, **counters))
+        handoffs: list = []
+        self._finish_all(sched.complete(plan, now, now + encode_s, end_at, handoffs))
+        if self.on_batch is not None:
+            self.on_batch(plan)
+        for seq in handoffs:
+            self.on_handoff(seq)
+
+    def _apply(self, start: float, ends: list, blocks: int, counters) -> None:
+        """Count the decode-only steps that ran from ``start`` and ended at ``ends`` (busy_s is set)."""
+        sched = self.scheduler
+        steps = len(ends)
+        self.num_steps += steps
+        if self.step_log is not None:
+            self.step_log.append(StepRecord(self.name, start, ends[-1], "decode_run", tuple(sched.decoding),
+                                            len(sched.decoding) * steps, steps, **counters))
+        self._finish_all(sched.advance_decodes(ends, blocks))
+
+    def sync(self) -> None:
+        """Mid-stretch: apply the steps that ended before now and make the one in
+        progress an ordinary step (see the module docstring)."""
+        start, ends, _, busies, counters = self._stretch
+        self._stretch = None
+        env, sched, cost = self.env, self.scheduler, self.cost
+        done = bisect_left(ends, env.now)  # steps that ended strictly before now
+        if done:
+            first = sched.step_no
+            self.busy_s = busies[done - 1]
+            self._apply(start, ends[:done], sum(map(sched.decode_blocks_needed, range(first, first + done))),
+                        counters)
+            start = ends[done - 1]
+        # As stepping would have: the batch built when the step began, before the arrival.
+        plan = sched.schedule(start)
+        counters = engine_counters(sched) if self.step_log is not None else None  # as the step starts
+        step_s = 0.0 + cost.llm_step_s(plan.chunk_shapes, plan.num_decodes, plan.decode_context_sum,
+                                       plan.num_sampled)
+        end_at = start + step_s
+        if end_at != ends[done] or plan.chunks or plan.preempted:
+            raise RuntimeError(f"{self.name}: sync rebuilt a different step ({end_at} != {ends[done]})")
+        self._in_progress = (start, plan, 0.0, step_s, end_at, counters)
+        if done + 1 < len(ends):  # it ends before the stretch would: wake the process then instead
+            proc = self.process
+            old = proc._target  # as simpy's Interrupt detaches a waiting process
+            old.callbacks.remove(proc._resume)
+            self._abandoned = [e for e in self._abandoned if e.callbacks is not None]
+            self._abandoned.append(old)
+            new = env.timeout_at(end_at)
+            new.callbacks.append(proc._resume)
+            proc._target = new
+
+    def _drop_abandoned(self) -> None:
+        """Before going idle: take abandoned stretch ends still queued out of the event
+        queue, so that none can be a run's last event (its end time, ``sim_end_at_s``)."""
+        queue = self.env._queue
+        live = {id(e) for e in self._abandoned if e.callbacks is not None}
+        self._abandoned = []
+        if live:
+            queue[:] = [entry for entry in queue if id(entry[3]) not in live]
+            heapify(queue)
+
+    def _plan_stretch(self, now: float) -> tuple[int, float, list, int, list]:
         """How many decode-only steps can be applied as one event, their end,
-        each step's end (the token times of the stretch), and the KV blocks they take.
+        each step's end (the token times of the stretch), the KV blocks they
+        take, and ``busy_s`` after each step (a sync applies a first part).
 
         Sums step durations exactly as stepping would (``t += dt`` in order) and
         adds them to ``busy_s`` likewise.
@@ -165,18 +252,22 @@ class Replica:
         busy = self.busy_s
         steps = 0
         ends: list = []
+        busies: list = []
+        # the hot loop of a run: methods bound once (the scheduler's single-slot views, inlined)
+        cohort = sched.cohorts[0]
+        blocks_needed, context_sum, step_s = cohort.blocks_needed, cohort.context_sum, cost.llm_step_s
+        add_end, add_busy = ends.append, busies.append
         while steps < max_steps:
-            need = sched.decode_blocks_needed(first + steps)
+            need = blocks_needed(first + steps)
             if need > free:
                 break
-            dt = cost.llm_step_s((), num_decodes, sched.decode_context_sum(first + steps), num_decodes)
+            dt = step_s((), num_decodes, context_sum(first + steps), num_decodes)
             if t + dt >= barrier:
                 break
             free -= need
             t = t + dt
-            ends.append(t)
+            add_end(t)
             busy += dt
+            add_busy(busy)
             steps += 1
-        if steps > 1:
-            self.busy_s = busy
-        return steps, t, ends, sched.pool.num_free - free
+        return steps, t, ends, sched.pool.num_free - free, busies

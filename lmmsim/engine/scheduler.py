@@ -258,6 +258,12 @@ class ContinuousBatchingScheduler(ChunkMediaFit, PrefixLookup, TokenThrottle):
         """Is the next step decode-only with nothing that could join the batch?"""
         return bool(self.cohorts[0].members) and not (self.prefilling or self.prefilled or len(self.queue))
 
+    def can_fast_forward_slots(self) -> bool:
+        """Pipeline fast-forward: is every slot's next batch its whole cohort, nothing joining?
+        (Within the token budget: a priority walk may evict decodes beyond it.)"""
+        return not (self.prefilling or self.prefilled or len(self.queue)) and all(
+            0 < len(c) <= self.token_budget for c in self.cohorts)
+
     # ---------------------------------------------------------------- mutations
     def add(self, seq: SeqState) -> None:
         self.queue.add(seq)

@@ -18,16 +18,26 @@ still in the system then, nothing can ever move them (a deadlock between
 resources, or a policy that never schedules them): :meth:`Simulation.run`
 raises :class:`StuckRunError` naming what they wait for, instead of reporting
 them as ``unfinished``.
+
+Bounded memory (``sink``, ``sim.keep_requests: false``): a request's engine state is
+made when it arrives and handed to the sink (:class:`lmmsim.metrics.stream.RequestSink`)
+when it ends, then dropped; ``requests`` may build each request on demand
+(:class:`lmmsim.workload.generator.RequestDraws`), and the cohorts drop step ends no
+request can still read (:meth:`DecodeCohort.bound_ends`). Only the requests in the
+system are held; the results are those of the in-memory run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import heapq
 import math
 import time
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
+
+from array import array
 
 from lmmsim.engine.clock import SimEnvironment
 from lmmsim.engine.closed_loop import ClosedLoop
@@ -121,8 +131,14 @@ class Simulation:
         progress: Callable[[int, int], None] | None = None,
         make_host: Callable | None = None,
         closed_loop: ClosedLoop | None = None,
+        sink=None,
     ):
         self.requests = requests
+        self.num_requests = len(requests)
+        self.sink = sink  # bounded memory (module docstring), else None
+        self.live: dict[int, SeqState] = {}  # bounded memory: request id -> state, arrived and not ended
+        self._entered = 0  # bounded memory: requests handed to the deployment (or refused) so far
+        self._plan = None  # bounded memory with a host stage: (ids read and not entered, [requests read])
         self.rejected = rejected or {}
         self.horizon_s = horizon_s
         self.progress = progress
@@ -130,9 +146,9 @@ class Simulation:
         # closed loop (lmmsim.engine.closed_loop): arrival times are set as requests are sent, on
         # copies, so the request list itself stays static; NaN until then (never sent: not_arrived)
         self.closed_loop = closed_loop
-        if closed_loop is not None:
+        if closed_loop is not None and sink is None:
             requests = [replace(r, arrived_at=math.nan) for r in requests]
-        self.seqs = [SeqState(r) for r in requests]
+        self.seqs = [SeqState(r) for r in requests] if sink is None else []
         self._next_arrival_at = requests[0].arrived_at if requests else math.inf  # (or first delivery)
         self._horizon = math.inf if horizon_s is None else horizon_s
         self.num_done = 0
@@ -146,11 +162,17 @@ class Simulation:
         self.frontend = make_frontend(self.env, self._on_finish, self._barrier_at)
         if make_host is not None:
             self.host = make_host(self.env, self.frontend.arrive)
+        if sink is not None:
+            self._bound_memory()
 
-    def _barrier_at(self) -> float:
-        return min(self._next_arrival_at, self._horizon)
+    def _barrier_at(self, arrivals: bool = True) -> float:
+        """The next instant anything external can change; ``arrivals=False``: anything but
+        an arrival, for engines that sync when one reaches them (lmmsim.engine.replica)."""
+        return min(self._next_arrival_at, self._horizon) if arrivals else self._horizon
 
-    def _closed_barrier_at(self) -> float:
+    def _closed_barrier_at(self, arrivals: bool = True) -> float:
+        # Always with arrivals: closed-loop sends happen inside engine events, where a sync
+        # could not keep the order of same-instant events (see lmmsim.engine.replica).
         delivery = self.host.next_delivery_at() if self.host is not None else math.inf
         return min(self.closed_loop.next_arrival_bound(), delivery, self._horizon)
 
@@ -160,8 +182,82 @@ class Simulation:
 
     def _on_finish(self, seq: SeqState) -> None:
         self.num_done += 1
+        if self.sink is not None:
+            del self.live[seq.request.request_id]
+            self.sink.add(seq)
         if self.progress is not None and not self.num_done & 255:
-            self.progress(self.num_done, len(self.seqs))
+            self.progress(self.num_done, self.num_requests)
+
+    def _bound_memory(self) -> None:
+        """Bounded memory: cohorts drop unneeded step ends; the host pool keeps its waits compactly."""
+        for engine in self.frontend.llm_engines:
+            for cohort in getattr(engine.scheduler, "cohorts", ()):
+                cohort.bound_ends(self.sink.itl.on_trim)
+        if self.host is not None and isinstance(getattr(self.host, "wait_s", None), list):
+            self.host.wait_s = array("d", self.host.wait_s)  # 8 bytes a request, not 32
+
+    def _arrive(self, request: Request) -> SeqState:
+        """Bounded memory: the engine state of a request reaching the system now."""
+        seq = self.live[request.request_id] = SeqState(request)
+        self._entered += 1
+        return seq
+
+    def _stream_arrivals(self):
+        """:meth:`_arrivals` with each request built as it is due (bounded memory)."""
+        env, enter, requests = self.env, self.frontend.arrive, iter(self.requests)
+        nxt = next(requests, None)
+        while nxt is not None:
+            request, nxt = nxt, next(requests, None)
+            yield env.timeout_at(request.arrived_at, late=False)
+            self._next_arrival_at = nxt.arrived_at if nxt is not None else math.inf
+            seq = self._arrive(request)
+            reason = self.rejected.get(request.request_id)
+            if reason is not None:
+                self._reject(seq, reason)
+                continue
+            enter(seq)
+
+    def _stream_entries(self):
+        """:meth:`_entries` as a stream (bounded memory): each request's host job is planned as
+        by ``HostPool.plan``'s planner and an entry is given out once no later request can reach
+        the deployment before it."""
+        take = self.host.planner()
+        heap: list = []
+        held: set[int] = set()
+        planned = [0]
+        self._plan = (held, planned)
+        for request in self.requests:
+            at, i = request.arrived_at, request.request_id
+            planned[0] = i + 1
+            held.add(i)
+            while heap and heap[0][0] <= at:
+                yield heapq.heappop(heap)
+            if i in self.rejected:
+                heapq.heappush(heap, (at, at, i, request, None))
+                continue
+            seq = SeqState(request)
+            start, end, worker = job = take(seq, at)
+            heapq.heappush(heap, (end, start, i, seq, job))
+        while heap:
+            yield heapq.heappop(heap)
+
+    def _stream_planned_arrivals(self):
+        env, host = self.env, self.host
+        entries = self._entries_left = self._stream_entries()
+        entry = next(entries, None)
+        self._next_arrival_at = entry[0] if entry is not None else math.inf
+        while entry is not None:
+            (at, _, i, item, job), entry = entry, next(entries, None)
+            yield env.timeout_at(at, late=False)
+            self._next_arrival_at = entry[0] if entry is not None else math.inf
+            self._plan[0].discard(i)
+            if job is None:
+                self._reject(self._arrive(item), self.rejected[i])
+                continue
+            self.live[i] = item
+            self._entered += 1
+            host.record(item, item.request.arrived_at, *job)
+            self.frontend.arrive(item)
 
     def _entries(self) -> list[tuple[float, int, tuple | None]]:
         """(time, request index, planned host job or None) in the order requests reach the deployment:
@@ -191,7 +287,10 @@ class Simulation:
 
     def _arrivals(self):
         if self.host is not None:
-            yield from self._planned_arrivals()
+            yield from (self._planned_arrivals() if self.sink is None else self._stream_planned_arrivals())
+            return
+        if self.sink is not None:
+            yield from self._stream_arrivals()
             return
         env = self.env
         enter = self.frontend.arrive
@@ -209,8 +308,11 @@ class Simulation:
 
     def _send(self, i: int) -> None:
         """Closed loop: request ``i`` arrives now (refused, through host preprocessing, or straight in)."""
-        seq = self.seqs[i]
-        seq.request.arrived_at = self.env.now
+        if self.sink is None:
+            seq = self.seqs[i]
+            seq.request.arrived_at = self.env.now
+        else:
+            seq = self._arrive(replace(self.requests[i], arrived_at=self.env.now))
         reason = self.rejected.get(seq.request.request_id)
         if reason is not None:
             self._reject(seq, reason)
@@ -225,10 +327,35 @@ class Simulation:
         seq.reject_reason = reason
         self._on_finish(seq)
 
+    def _close_sink(self, held: list) -> None:
+        """Bounded memory: the requests still in the system, then those that never entered it."""
+        for seq in held:
+            self.sink.add(seq)
+        self.live.clear()
+        # arrivals come in id order: those never entered are the ones from _entered on, or with a
+        # host stage, the ones its plan holds back and those it has not read yet
+        if self._plan is None:
+            ids = range(self._entered, self.num_requests)
+        else:
+            # the in-memory run plans (and prices: the processor cache counts) every request
+            for _ in self._entries_left:
+                pass
+            held, planned = self._plan
+            ids = [*sorted(held), *range(planned[0], self.num_requests)]
+        for i in ids:
+            request = self.requests[i]
+            if self.closed_loop is not None:
+                request = replace(request, arrived_at=math.nan)
+            seq = SeqState(request)
+            seq.status = "unfinished" if request.arrived_at < self._horizon else "not_arrived"
+            self.sink.add(seq)
+        self.sink.itl.finish()
+        self.sink.close()
+
     def run(self) -> SimulationResult:
         wall0 = time.perf_counter()
         if self.closed_loop is not None:
-            self.closed_loop.start(self.env, len(self.seqs), self._send)
+            self.closed_loop.start(self.env, self.num_requests, self._send)
         else:
             self.env.process(self._arrivals())
         env = self.env
@@ -240,17 +367,20 @@ class Simulation:
                 queue = env._queue
                 while queue and queue[0][0] < horizon:  # as run(until): nothing at the horizon itself
                     env.step()
-        in_system = [s for s in self.seqs if s.status not in ENDED and s.request.arrived_at < horizon]
+        held = self.seqs if self.sink is None else sorted(self.live.values(), key=lambda s: s.request.request_id)
+        in_system = [s for s in held if s.status not in ENDED and s.request.arrived_at < horizon]
         if in_system and not env._queue:  # nothing left that could ever move them
             remote = bool(getattr(self.frontend, "encoders", None))  # p_d encodes at the prefill worker
-            raise StuckRunError(stuck_message(in_system, len(self.seqs), env.now, remote))
+            raise StuckRunError(stuck_message(in_system, self.num_requests, env.now, remote))
         if self.horizon_s is not None:
             env._now = max(env.now, horizon)  # the clock stopped at the horizon
-        for seq in self.seqs:
+        for seq in held:
             if seq.status not in ENDED:
                 seq.status = "unfinished" if seq.request.arrived_at < horizon else "not_arrived"
+        if self.sink is not None:
+            self._close_sink(held)
         if self.progress is not None:
-            self.progress(self.num_done, len(self.seqs))
+            self.progress(self.num_done, self.num_requests)
         return SimulationResult(
             seqs=self.seqs,
             frontend=self.frontend,

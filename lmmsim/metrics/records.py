@@ -37,32 +37,29 @@ def requests_frame(seqs, gaps: TokenGaps | None = None) -> pd.DataFrame:
     seqs = list(seqs)
     if gaps is None:
         gaps = token_gaps(seqs)
-    cols: dict[str, list] = {c: [] for c in COLUMNS}
-    for s in seqs:
-        r = s.request
-        cols["request_id"].append(r.request_id)
-        cols["class_name"].append(r.class_name)
-        cols["modality"].append(r.modality)
-        cols["status"].append(s.status)
-        cols["reject_reason"].append(s.reject_reason)
-        cols["replica"].append(s.replica)
-        cols["arrived_at"].append(r.arrived_at)
-        cols["preprocess_started_at"].append(s.preprocess_started_at)
-        cols["preprocess_finished_at"].append(s.preprocess_finished_at)
-        cols["encode_started_at"].append(s.encode_started_at)
-        cols["encode_finished_at"].append(s.encode_finished_at)
-        cols["prefill_started_at"].append(s.prefill_started_at)
-        cols["first_token_at"].append(s.first_token_at)
-        cols["finished_at"].append(s.finished_at)
-        cols["num_prompt_tokens"].append(r.num_prompt_tokens)
-        cols["num_text_tokens"].append(r.num_text_tokens)
-        cols["num_mm_tokens"].append(r.num_mm_tokens)
-        cols["num_media_items"].append(len(r.media_segments))
-        cols["num_output_tokens"].append(r.num_output_tokens)
-        cols["num_preemptions"].append(s.num_preemptions)
-    cached = [s.num_cached_tokens for s in seqs]
-    if any(c is not None for c in cached):  # some engine caches prefixes
-        cols["num_cached_tokens"] = [c or 0 for c in cached]
+    rows = [row_of(s) for s in seqs]
+    cached = any(row[-1] is not None for row in rows)  # some engine caches prefixes
+    return frame_of(rows, gaps.per_request_max, cached)
+
+
+def row_of(s) -> tuple:
+    """The :data:`COLUMNS` of one request (engine state), then its ``num_cached_tokens``."""
+    r = s.request
+    return (r.request_id, r.class_name, r.modality, s.status, s.reject_reason, s.replica,
+            r.arrived_at, s.preprocess_started_at, s.preprocess_finished_at,
+            s.encode_started_at, s.encode_finished_at, s.prefill_started_at,
+            s.first_token_at, s.finished_at,
+            r.num_prompt_tokens, r.num_text_tokens, r.num_mm_tokens, len(r.media_segments),
+            r.num_output_tokens, s.num_preemptions, s.num_cached_tokens)
+
+
+def frame_of(rows: list[tuple], per_request_max, cached: bool) -> pd.DataFrame:
+    """The requests frame of :func:`row_of` rows (``per_request_max``: their ``itl_max_s``;
+    ``cached``: with the ``num_cached_tokens`` column)."""
+    columns = list(zip(*rows)) if rows else [()] * (len(COLUMNS) + 1)
+    cols: dict[str, list] = {c: list(v) for c, v in zip(COLUMNS, columns)}
+    if cached:
+        cols["num_cached_tokens"] = [c or 0 for c in columns[-1]]
     df = pd.DataFrame(cols)
     for c in ("request_id", "replica", "num_prompt_tokens", "num_text_tokens", "num_mm_tokens",
               "num_media_items", "num_output_tokens", "num_preemptions", "num_cached_tokens"):
@@ -73,5 +70,5 @@ def requests_frame(seqs, gaps: TokenGaps | None = None) -> pd.DataFrame:
     decode_tokens = (df["num_output_tokens"] - 1).where(df["num_output_tokens"] > 1)
     df["tpot_s"] = (df["finished_at"] - df["first_token_at"]) / decode_tokens
     df["normalized_latency_s_per_token"] = df["e2e_s"] / df["num_output_tokens"]
-    df["itl_max_s"] = gaps.per_request_max
+    df["itl_max_s"] = per_request_max
     return df

@@ -52,7 +52,7 @@ def latency_stats(values) -> dict[str, float | None]:
     return out
 
 
-def slo_met(df: pd.DataFrame, ttft_slo: dict[str, float], tpot_slo: float | None) -> pd.Series:
+def slo_met(df, ttft_slo: dict[str, float], tpot_slo: float | None) -> pd.Series:
     ok = df["status"].eq("finished")
     if ttft_slo:
         limit = df["modality"].map(ttft_slo).astype(float)
@@ -62,35 +62,27 @@ def slo_met(df: pd.DataFrame, ttft_slo: dict[str, float], tpot_slo: float | None
     return ok
 
 
-def violation_severity(df: pd.DataFrame, ttft_slo: dict[str, float]) -> float | None:
+def violation_severity(df, ttft_slo: dict[str, float]) -> float | None:
     """Mean relative excess ``ttft / bound - 1`` over the finished requests that
     missed their TTFT SLO (RPS-Serve Fig. 13's severity); 0 if none missed,
     None without a TTFT SLO."""
     if not ttft_slo:
         return None
-    done = df[df["status"].eq("finished")]
-    limit = done["modality"].map(ttft_slo).astype(float)
-    excess = done["ttft_s"] / limit - 1
+    done = df["status"].eq("finished")  # column by column: ``df`` may be a dict of columns
+    limit = df["modality"][done].map(ttft_slo).astype(float)
+    excess = df["ttft_s"][done] / limit - 1
     missed = excess[excess > 0]
     return float(missed.mean()) if len(missed) else 0.0
 
 
-def _latency_blocks(df: pd.DataFrame, itl=None) -> dict:
-    """The latency blocks of ``df``'s finished requests; ``itl_s`` too when ``itl``
-    (their ITL block) is given."""
-    done = df[df["status"].eq("finished")]
-    out = {name: latency_stats(done[name]) for name in LATENCIES}
-    if itl is not None:
-        out["itl_s"] = itl
-    return out
-
-
-def _itl_by_modality(df: pd.DataFrame, itl) -> dict:
-    """The ITL block per modality of ``itl``'s requests (``df``: the requests frame)."""
+def _itl_by_modality(modality: pd.Series, itl) -> dict:
+    """The ITL block per modality of ``itl``'s requests (``modality``: the frame's column)."""
     if itl is None:
         return {}
-    modality = df["modality"].reindex(range(len(itl.per_request_max))).to_numpy()
-    return {str(m): itl.stats(modality == m) for m in pd.unique(df["modality"])}
+    if hasattr(itl, "by_modality"):  # spilled gaps (lmmsim.metrics.stream)
+        return itl.by_modality(pd.unique(modality))
+    modality_at = modality.reindex(range(len(itl.per_request_max))).to_numpy()
+    return {str(m): itl.stats(modality_at == m) for m in pd.unique(modality)}
 
 
 def summarize(
@@ -107,36 +99,57 @@ def summarize(
     """The run summary of the requests frame ``df`` (positional index, as
     :func:`~lmmsim.metrics.records.requests_frame` builds it); ``itl``: its
     :class:`~lmmsim.metrics.itl.TokenGaps` (anything with its ``stats(rows)`` and
-    ``per_request_max``), for the ``itl_s`` blocks."""
+    ``per_request_max``, or ``stats()`` and ``by_modality(modalities)``), for the ``itl_s`` blocks."""
     num_not_arrived = int(df["status"].eq("not_arrived").sum())
     if num_not_arrived:
         df = df[df["status"].ne("not_arrived")]
-    finished = df["status"].eq("finished")
-    start = float(df["arrived_at"].min()) if len(df) else 0.0
-    last = float(df.loc[finished, "finished_at"].max()) if finished.any() else start
-    stop = end_at if (~finished & ~df["status"].eq("rejected")).any() else last
+    return summarize_columns(df.__getitem__, set(df.columns), num_not_arrived, gpu_busy_s=gpu_busy_s,
+                             end_at=end_at, ttft_slo=ttft_slo, tpot_slo=tpot_slo, num_preemptions=num_preemptions,
+                             itl=itl, prefix_cache_evictions=prefix_cache_evictions)
+
+
+def summarize_columns(column, names: set, num_not_arrived: int, *, gpu_busy_s, end_at, ttft_slo, tpot_slo,
+                      num_preemptions, itl=None, prefix_cache_evictions=None) -> dict:
+    """:func:`summarize` of a frame given column by column: ``column(name)`` is that column
+    of the arrived requests (same index for every name), ``names`` the frame's columns.
+    A run's written requests.parquet is summarised this way, a few columns at a time."""
+    status, modality = column("status"), column("modality")
+    finished = status.eq("finished")
+    arrived_at = column("arrived_at")
+    start = float(arrived_at.min()) if len(status) else 0.0
+    del arrived_at
+    last = float(column("finished_at")[finished].max()) if finished.any() else start
+    stop = end_at if (~finished & ~status.eq("rejected")).any() else last
     window = max(stop - start, 0.0)
-    met = slo_met(df, ttft_slo, tpot_slo)
+    slo_columns = {"status": status, "modality": modality, "ttft_s": column("ttft_s"), "tpot_s": column("tpot_s")}
+    met = slo_met(slo_columns, ttft_slo, tpot_slo)
+    severity = violation_severity(slo_columns, ttft_slo)
+    del slo_columns
 
     def rate(x: float) -> float | None:
         return x / window if window > 0 else None
 
+    groups = {str(m): (modality == m).to_numpy() for m in sorted(pd.unique(modality))}
+    fin = finished.to_numpy()
+    latency, by_group = _latency_columns(column, fin, groups)
+    tokens = {c: column(c)[finished] for c in ("num_prompt_tokens", "num_output_tokens")}
     summary = {
-        "num_requests": int(len(df)) + num_not_arrived,
+        "num_requests": int(len(status)) + num_not_arrived,
         "num_finished": int(finished.sum()),
-        "num_rejected": int(df["status"].eq("rejected").sum()),
-        "num_unfinished": int(df["status"].eq("unfinished").sum()),
+        "num_rejected": int(status.eq("rejected").sum()),
+        "num_unfinished": int(status.eq("unfinished").sum()),
         "num_not_arrived": num_not_arrived,
         "window_s": window,
-        **_latency_blocks(df, None if itl is None else itl.stats()),
+        **latency,
+        **({} if itl is None else {"itl_s": itl.stats()}),
         "throughput": {
             "requests_per_s": rate(float(finished.sum())),
-            "input_tokens_per_s": rate(float(df.loc[finished, "num_prompt_tokens"].sum())),
-            "output_tokens_per_s": rate(float(df.loc[finished, "num_output_tokens"].sum())),
+            "input_tokens_per_s": rate(float(tokens["num_prompt_tokens"].sum())),
+            "output_tokens_per_s": rate(float(tokens["num_output_tokens"].sum())),
         },
         "goodput_requests_per_s": rate(float(met.sum())),
-        "slo_attainment": float(met.mean()) if len(df) else None,
-        "slo_violation_severity": violation_severity(df, ttft_slo),
+        "slo_attainment": float(met.mean()) if len(status) else None,
+        "slo_violation_severity": severity,
         "gpu_utilization": {
             "per_gpu": [min(b / window, 1.0) if window > 0 else 0.0 for b in gpu_busy_s],
             "mean": (sum(min(b / window, 1.0) for b in gpu_busy_s) / len(gpu_busy_s))
@@ -145,17 +158,34 @@ def summarize(
         "num_preemptions": int(num_preemptions),
         "by_modality": {},
     }
-    if "num_cached_tokens" in df:
-        summary["prefix_cache"] = prefix_cache_stats(df[finished], prefix_cache_evictions)
-    itl_parts = _itl_by_modality(df, itl)
-    for modality, part in df.groupby("modality", sort=True):
-        summary["by_modality"][str(modality)] = {
-            "num_requests": int(len(part)),
-            "num_finished": int(part["status"].eq("finished").sum()),
-            **_latency_blocks(part, itl_parts.get(str(modality))),
-            "slo_attainment": float(met[part.index].mean()),
+    if "num_cached_tokens" in names:
+        done = pd.DataFrame({"num_prompt_tokens": tokens["num_prompt_tokens"],
+                             "num_cached_tokens": column("num_cached_tokens")[finished]})
+        summary["prefix_cache"] = prefix_cache_stats(done, prefix_cache_evictions)
+    itl_parts = _itl_by_modality(modality, itl)
+    for m, rows in groups.items():
+        part_itl = itl_parts.get(m)
+        summary["by_modality"][m] = {
+            "num_requests": int(rows.sum()),
+            "num_finished": int((rows & fin).sum()),
+            **by_group[m],
+            **({} if part_itl is None and itl is None else {"itl_s": part_itl}),
+            "slo_attainment": float(met[rows].mean()),
         }
     return summary
+
+
+def _latency_columns(column, finished: np.ndarray, groups: dict) -> tuple[dict, dict]:
+    """The latency blocks of the finished requests, all and per group (``groups``: name ->
+    row mask), reading one latency column at a time."""
+    out: dict = {}
+    by_group: dict = {m: {} for m in groups}
+    for name in LATENCIES:
+        values = column(name).to_numpy()
+        out[name] = latency_stats(values[finished])
+        for m, rows in groups.items():
+            by_group[m][name] = latency_stats(values[rows & finished])
+    return out, by_group
 
 
 def prefix_cache_stats(done: pd.DataFrame, evictions: int | None) -> dict:

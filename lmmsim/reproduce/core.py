@@ -132,11 +132,15 @@ def reproduce(paper: str, out: Path, *, papers: dict, quick: bool = False, jobs:
                   *(_plot_file(fig.name, kind, opts if [k for k, _ in fig.plots].count(kind) > 1 else {})
                     for fig in chosen for kind, opts in fig.plots))
     rows = []
-    for k, fig in enumerate(chosen, 1):
-        if progress:
-            print(f"{paper} {fig.name} (figure {k} of {len(chosen)})", file=sys.stderr, flush=True)
-        ok = _run_figure(paper, fig, out_dir, quick=quick, jobs=jobs, sets=sets, seeds=seeds, progress=progress)
-        rows += [(fig.name, claim, seed_stats(claim, ok)) for claim in fig.claims]
+    from lmmsim.sweep.executors import shared_pool
+
+    with shared_pool(jobs):  # one warm worker pool for every figure, not one per figure
+        for k, fig in enumerate(chosen, 1):
+            if progress:
+                print(f"{paper} {fig.name} (figure {k} of {len(chosen)})", file=sys.stderr, flush=True)
+            ok = _run_figure(paper, fig, out_dir, quick=quick, jobs=jobs, sets=sets, seeds=seeds,
+                             progress=progress)
+            rows += [(fig.name, claim, seed_stats(claim, ok)) for claim in fig.claims]
     report = out_dir.file("REPORT.md")
     unmodelled = not_modelled if not figures else ()
     write_text_atomic(report, render_report(paper, rows, quick=quick, sets=sets, seeds=seeds,

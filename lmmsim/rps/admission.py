@@ -7,7 +7,8 @@ per-modality latency models, and the Request Classifier clusters the
 profiled (latency, memory) points. Online, a request is classified from its
 estimated (latency, memory). The fitted pieces are cached per (model,
 hardware, deployment, batching, mix, seed): a sweep over request rates
-profiles once.
+profiles once; with ``$LMMSIM_PREP_CACHE`` also on disk, across processes
+(:mod:`lmmsim.rps.prep_cache`).
 """
 
 from __future__ import annotations
@@ -50,8 +51,9 @@ def _cache_key(scn, base_dir: Path) -> str:
 
 
 def admission_model(scn, base_dir: Path, simulate) -> AdmissionModel:
-    """Profile, fit and build the classifier of an ``rps`` queue (cached); ``simulate``
-    runs the profiling simulations (:func:`lmmsim.rps.profiler.run_isolated`)."""
+    """Profile, fit and build the classifier of an ``rps`` queue (cached in memory, and on
+    disk with ``$LMMSIM_PREP_CACHE``: :mod:`lmmsim.rps.prep_cache`); ``simulate`` runs the
+    profiling simulations (:func:`lmmsim.rps.profiler.run_isolated`)."""
     cfg = scn.policy.queue
     key = _cache_key(scn, base_dir)
     hit = _CACHE.get(key)
@@ -60,9 +62,22 @@ def admission_model(scn, base_dir: Path, simulate) -> AdmissionModel:
     if cfg.classifier == "naive" and cfg.profile is None:
         model = AdmissionModel(classify=_naive(), report={"classifier": "naive"})
     else:
-        model = _fitted(scn, base_dir, simulate)
+        model = _from_disk_or_fitted(scn, base_dir, simulate, key)
     _CACHE[key] = model
     return model
+
+
+def _from_disk_or_fitted(scn, base_dir: Path, simulate, key: str) -> AdmissionModel:
+    from lmmsim.rps import prep_cache
+
+    name = prep_cache.digest(key, base_dir) if prep_cache.cache_dir() is not None else None
+    stored = prep_cache.load(name) if name is not None else None
+    if stored is not None:
+        return _assemble(*stored)
+    data, profile = _fitted(scn, base_dir, simulate)
+    if name is not None:
+        prep_cache.save(name, data, profile)
+    return _assemble(data, profile)
 
 
 def _naive():
@@ -73,7 +88,9 @@ def _naive():
     return lambda request: by_modality(request.modality)
 
 
-def _fitted(scn, base_dir: Path, simulate) -> AdmissionModel:
+def _fitted(scn, base_dir: Path, simulate) -> tuple[dict, pd.DataFrame]:
+    """The admission model as plain data (the estimator's and classifier's parameters, the
+    report), and the profile it was fitted on."""
     from lmmsim.rps.classifier import RequestClassifier
     from lmmsim.rps.estimator import ImpactEstimator
     from lmmsim.rps.profiler import profile_isolated, read_measured
@@ -94,9 +111,10 @@ def _fitted(scn, base_dir: Path, simulate) -> AdmissionModel:
                             "policy.queue.profile")
     estimator = ImpactEstimator.fit(profile, seed=scn.seed)
     report = {"profile_source": source, "estimator_mae_s": {m: float(v) for m, v in estimator.mae_s.items()}}
+    data = {"estimator": estimator.to_dict(), "classifier": None, "report": report}
     if cfg.classifier == "naive":
         report["classifier"] = "naive"
-        return AdmissionModel(classify=_naive(), profile=profile, report=report)
+        return data, profile
     # k-means on the profiled (latency, memory) points, as the paper fits it offline;
     # online a request is placed by its estimated point.
     try:
@@ -104,14 +122,26 @@ def _fitted(scn, base_dir: Path, simulate) -> AdmissionModel:
                                     k=cfg.num_classes, seed=scn.seed)
     except ValueError as exc:
         raise UserError("policy.queue.num_classes", str(exc)) from None
-    predict, classify_point = estimator.predict_request, clf.classify
+    report["classifier"] = "kmeans"
+    report["centroids_latency_s_memory_tokens"] = [[float(x) for x in c] for c in clf.centroids]
+    data["classifier"] = clf.to_dict()
+    return data, profile
+
+
+def _assemble(data: dict, profile: pd.DataFrame | None) -> AdmissionModel:
+    """The AdmissionModel of :func:`_fitted`'s data (fresh or read back: the same floats)."""
+    from lmmsim.rps.classifier import RequestClassifier
+    from lmmsim.rps.estimator import ImpactEstimator
+
+    if data["classifier"] is None:
+        return AdmissionModel(classify=_naive(), profile=profile, report=data["report"])
+    predict = ImpactEstimator.from_dict(data["estimator"]).predict_request
+    classify_point = RequestClassifier.from_dict(data["classifier"]).classify
 
     def classify(request) -> int:
         return classify_point(*predict(request))
 
-    report["classifier"] = "kmeans"
-    report["centroids_latency_s_memory_tokens"] = [[float(x) for x in c] for c in clf.centroids]
-    return AdmissionModel(classify=classify, profile=profile, report=report)
+    return AdmissionModel(classify=classify, profile=profile, report=data["report"])
 
 
 def edf_deadline(scn):

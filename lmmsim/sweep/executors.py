@@ -6,6 +6,13 @@ contract into its run dir itself, so nothing large travels back. With dask,
 ``out`` must be on a filesystem every worker sees. The executor names
 (:func:`check_executor`) and :func:`dask_client` are shared with ``lmmsim
 search`` (:mod:`lmmsim.search.evaluator`), whose trials need no run dir.
+
+Inside :func:`shared_pool` every local execution with more than one job uses
+one process pool, started once: ``lmmsim reproduce`` runs a dozen figure
+sweeps, and starting a pool per figure cost about half of a short
+reproduction; its workers also keep their warm cost models
+(:mod:`lmmsim.costmodel.fitcache`) from figure to figure. A run's results do
+not depend on which worker runs it.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ from lmmsim.outputs import write_text_atomic
 DONE = "done.json"
 ERROR = "error.json"
 EXECUTORS = ("local", "dask")
+
+_shared: dict = {}  # while shared_pool() is open: "workers" (int) and "pool" (started on first use)
 
 
 def check_executor(executor: str) -> None:
@@ -121,15 +130,53 @@ def _local(tasks, jobs, on_done, on_start):
     if workers == 1:
         on_start()
         return _collect(((t, lambda t=t: run_one(t)) for t in tasks), on_done)
+    if _shared:
+        return _submit(pool_for(), tasks, on_done, on_start)
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(run_one, t): t for t in tasks}
-        on_start()
-        try:
-            return _collect(((futures[f], f.result) for f in as_completed(futures)), on_done)
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
+        return _submit(pool, tasks, on_done, on_start)
+
+
+def _submit(pool, tasks, on_done, on_start):
+    futures = {pool.submit(run_one, t): t for t in tasks}
+    on_start()
+    try:
+        return _collect(((futures[f], f.result) for f in as_completed(futures)), on_done)
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        raise
+
+
+@contextlib.contextmanager
+def shared_pool(jobs: int | None):
+    """One local process pool of ``jobs`` workers (default: the CPU count) for every
+    :func:`execute` and search trial batch inside (started on first use, shut down on exit)."""
+    if jobs is not None and jobs < 1:
+        raise UserError("--jobs", f"must be >= 1 (got {jobs})")
+    if _shared:  # already inside one: keep it
+        yield
+        return
+    _shared["workers"] = jobs or os.cpu_count() or 1
+    try:
+        yield
+    finally:
+        pool = _shared.pop("pool", None)
+        _shared.clear()
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+
+
+def pool_for() -> ProcessPoolExecutor | None:
+    """The open :func:`shared_pool`'s executor (started now if need be; a broken one is replaced),
+    or None outside one."""
+    if not _shared:
+        return None
+    pool = _shared.get("pool")
+    if pool is None or getattr(pool, "_broken", False):
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+        pool = _shared["pool"] = ProcessPoolExecutor(max_workers=_shared["workers"])
+    return pool
 
 
 @contextlib.contextmanager

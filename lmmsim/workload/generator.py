@@ -19,6 +19,7 @@ class asks for them, so a workload without them is exactly as before.
 from __future__ import annotations
 
 import contextlib
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -56,59 +57,110 @@ def generate_requests(cfg: WorkloadConfig, model, seed: int, base_dir: Path = Pa
     base_dir = Path(base_dir)
     if isinstance(cfg.arrival, TraceArrival):
         return _replay_trace(cfg, model, base_dir)
-
-    seeds = _stream_seeds(seed)
-    rngs = {name: np.random.default_rng(s) for name, s in seeds.items()}
-    if isinstance(cfg.arrival, ClosedLoopArrival):  # sent during the run (lmmsim.engine.closed_loop)
-        times = np.zeros(int(cfg.num_requests))
-    else:
-        times = cfg.arrival.times(rngs["arrivals"], cfg.num_requests, cfg.duration_s)
-    n = len(times)
-    factory = MediaFactory(model)
-
-    mix = cfg.mix
-    fixed_media = [_fixed_media(k, c, factory) for k, c in enumerate(mix)]
-    weights = np.array([c.weight for c in mix], dtype=np.float64)
-    class_of = rngs["classes"].choice(len(mix), size=n, p=weights / weights.sum())
-
-    text_tokens = np.empty(n, dtype=np.int64)
-    output_tokens = np.empty(n, dtype=np.int64)
-    audio: list[MediaItem | None] = [None] * n
-    modality = []
-    for k, c in enumerate(mix):
-        members = np.flatnonzero(class_of == k)
-        text_tokens[members] = c.text_tokens.sample(rngs["text"], len(members), base_dir)
-        out_dist = c.output_tokens if c.output_tokens is not None else cfg.output_tokens
-        output_tokens[members] = out_dist.sample(rngs["output"], len(members), base_dir)
-        probe = ()
-        if c.audio is not None:
-            probe = (_audio_items(k, c, factory, rngs["media"], members, audio, base_dir),)
-        modality.append(request_modality(fixed_media[k] + probe))
-
-    # Plain Python values from here: numpy scalars are slow to index and would
-    # leak into Request fields.
-    names = [c.name for c in mix]
-    layouts = [c.layout for c in mix]
-    reused = _reused_media(cfg, class_of, fixed_media, audio, seeds["reuse"])
-    system = _system_runs(cfg, class_of, seeds["shared"])
-    requests = []
-    for i, (at, k, text, out, clip) in enumerate(
-        zip(times.tolist(), class_of.tolist(), text_tokens.tolist(), output_tokens.tolist(), audio)
-    ):
-        media = reused.get(i)
-        if media is None:
-            media = fixed_media[k] if clip is None else (*fixed_media[k], clip)
-        parts = prompt_parts(layouts[k], text, media)
-        run = system.get(i)
-        if run is None:
-            requests.append(Request(i, at, modality[k], names[k], build_segments(parts), out))
-            continue
-        # the system prompt first; it joins a leading text run (one text segment, two runs)
-        requests.append(Request(i, at, modality[k], names[k], build_segments(lead_text_parts(run[1], parts)), out,
-                                shared_content=(run,)))
-    if any(c.conversation is not None for c in mix):
-        requests = _conversations(cfg, requests, class_of, seeds["conversation"], base_dir)
+    draws = RequestDraws(cfg, model, seed, base_dir)
+    requests = list(draws)
+    if any(c.conversation is not None for c in cfg.mix):
+        requests = _conversations(cfg, requests, draws.class_of, draws.seeds["conversation"], base_dir)
     return requests
+
+
+def stream_requests(cfg: WorkloadConfig, model, seed: int, base_dir: Path = Path(".")):
+    """The requests of :func:`generate_requests`, each built when it is asked for
+    (``sim.keep_requests: false``): a :class:`RequestDraws` -- the same draws, so the same
+    requests -- where it can be; a trace or a conversation workload is materialised."""
+    if isinstance(cfg.arrival, TraceArrival) or any(c.conversation is not None for c in cfg.mix):
+        return generate_requests(cfg, model, seed, base_dir)
+    return RequestDraws(cfg, model, seed, Path(base_dir))
+
+
+#: Requests whose draws :meth:`RequestDraws.__iter__` turns into Python numbers at once.
+ITER_BLOCK = 65536
+
+
+class RequestDraws:
+    """The random draws of a synthetic workload, compactly (a few numbers per request), and
+    the sequence of requests they make: ``draws[i]`` builds request ``i`` on demand, so a run
+    need not hold every :class:`Request` at once. Everything random is drawn here, up front
+    and vectorised per class, exactly as :func:`generate_requests` always drew it."""
+
+    def __init__(self, cfg: WorkloadConfig, model, seed: int, base_dir: Path):
+        self.seeds = _stream_seeds(seed)
+        rngs = {name: np.random.default_rng(s) for name, s in self.seeds.items()}
+        if isinstance(cfg.arrival, ClosedLoopArrival):  # sent during the run (lmmsim.engine.closed_loop)
+            times = np.zeros(int(cfg.num_requests))
+        else:
+            times = cfg.arrival.times(rngs["arrivals"], cfg.num_requests, cfg.duration_s)
+        n = len(times)
+        factory = MediaFactory(model)
+        mix = cfg.mix
+        self.fixed_media = [_fixed_media(k, c, factory) for k, c in enumerate(mix)]
+        weights = np.array([c.weight for c in mix], dtype=np.float64)
+        class_of = rngs["classes"].choice(len(mix), size=n, p=weights / weights.sum())
+        text_tokens = np.empty(n, dtype=np.int64)
+        output_tokens = np.empty(n, dtype=np.int64)
+        audio: list[MediaItem | None] = [None] * n
+        self.modality = []
+        for k, c in enumerate(mix):
+            members = np.flatnonzero(class_of == k)
+            text_tokens[members] = c.text_tokens.sample(rngs["text"], len(members), base_dir)
+            out_dist = c.output_tokens if c.output_tokens is not None else cfg.output_tokens
+            output_tokens[members] = out_dist.sample(rngs["output"], len(members), base_dir)
+            probe = ()
+            if c.audio is not None:
+                probe = (_audio_items(k, c, factory, rngs["media"], members, audio, base_dir),)
+            self.modality.append(request_modality(self.fixed_media[k] + probe))
+        self.names = [c.name for c in mix]
+        self.layouts = [c.layout for c in mix]
+        self.reused = _reused_media(cfg, class_of, self.fixed_media, audio, self.seeds["reuse"])
+        self.system = _system_runs(cfg, class_of, self.seeds["shared"])
+        # held for the whole run: the narrowest integers that keep the values (same Python ints out)
+        self.times, self.class_of = times, class_of.astype(np.int16 if len(mix) < 2**15 else np.int64)
+        self.text_tokens, self.output_tokens = _narrow(text_tokens), _narrow(output_tokens)
+        self.audio = audio if any(a is not None for a in audio) else None  # a list of None costs 8 B a request
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.request(j) for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self.request(i)
+
+    def __iter__(self):
+        # plain Python values (numpy scalars are slow to index and would leak into Request
+        # fields), converted a block at a time: a whole column as Python numbers is 32 B a request
+        for lo in range(0, len(self), ITER_BLOCK):
+            hi = lo + ITER_BLOCK
+            clips = self.audio[lo:hi] if self.audio is not None else itertools.repeat(None)
+            for i, at, k, text, out, clip in zip(range(lo, hi), self.times[lo:hi].tolist(),
+                                                 self.class_of[lo:hi].tolist(), self.text_tokens[lo:hi].tolist(),
+                                                 self.output_tokens[lo:hi].tolist(), clips):
+                yield self._make(i, at, k, text, out, clip)
+
+    def request(self, i: int) -> Request:
+        clip = self.audio[i] if self.audio is not None else None
+        return self._make(i, self.times[i].item(), self.class_of[i].item(), self.text_tokens[i].item(),
+                          self.output_tokens[i].item(), clip)
+
+    def _make(self, i: int, at: float, k: int, text: int, out: int, clip) -> Request:
+        media = self.reused.get(i)
+        if media is None:
+            media = self.fixed_media[k] if clip is None else (*self.fixed_media[k], clip)
+        parts = prompt_parts(self.layouts[k], text, media)
+        run = self.system.get(i)
+        if run is None:
+            return Request(i, at, self.modality[k], self.names[k], build_segments(parts), out)
+        # the system prompt first; it joins a leading text run (one text segment, two runs)
+        return Request(i, at, self.modality[k], self.names[k], build_segments(lead_text_parts(run[1], parts)), out,
+                       shared_content=(run,))
+
+
+def _narrow(a: np.ndarray) -> np.ndarray:
+    return a.astype(np.int32) if a.size and 0 <= a.min() and a.max() < 2**31 else a
 
 
 def _fixed_media(k: int, c: MixClass, factory: MediaFactory) -> tuple[MediaItem, ...]:

@@ -1,0 +1,254 @@
+"""Fast-forward of a pipeline engine: its own events run ahead of the clock.
+
+While every batch is decode-only and nothing can join (no waiting, prefilling
+or prefilled request), nothing outside the engine can change what it does
+until the next arrival: its events -- stage 0 granted to a slot, a batch
+leaving stage 0, a batch leaving the last stage, the change signal idle slots
+wait on -- only feed each other. :func:`run_ahead` then takes the engine's
+events out of the simulation's queue and runs them, with the engine's own
+handlers, in a plain loop on a private queue (:class:`AheadQueue`) whose
+events keep the keys (time, priority, event id) the simulation would give
+them, so they run in the order they would have. Two things differ from
+stepping, both exact while the conditions hold:
+
+* a decode batch is built from its cohort's counters (:meth:`Ahead.plan`: the
+  whole cohort, its KV blocks and attended context) and completed by noting
+  its end (:meth:`Ahead.completed`), instead of the scheduler's walk;
+* the scheduler takes all those steps at once when the loop ends
+  (:meth:`Ahead.commit`: each cohort advances over its step ends, the KV pool
+  gives the blocks), before anything outside can look.
+
+The loop stops before the first event it may not run this way: one at or
+after ``barrier`` (the next arrival, or the horizon), a completion that
+finishes a request (``on_finish`` reaches outside), or a grant whose batch's
+KV blocks do not fit (the scheduler preempts). The events still queued go
+back to the simulation's queue under their keys. Tests compare runs with and
+without fast-forward bit for bit.
+"""
+
+from __future__ import annotations
+
+from heapq import heapify, heappop, heappush
+
+from lmmsim.engine.clock import LATE
+from lmmsim.engine.pipeline_batch import Batch, pass_stages
+from lmmsim.engine.pipeline_steady import run_steady, steady
+from lmmsim.engine.scheduler import StepPlan
+
+NONE = ()  # a decode batch's chunks, encodes, cache hits and preemptions (read, never grown)
+
+
+class AheadQueue:
+    """The engine's events while it runs ahead: the simulation's interface, its own heap."""
+
+    __slots__ = ("env", "now", "heap")
+
+    def __init__(self, env, entries: list):
+        self.env = env
+        self.now = env.now
+        self.heap = entries  # (when, priority, event id, fn, value)
+        heapify(entries)
+
+    def call_at(self, when: float, fn, value, priority: int = LATE):
+        heappush(self.heap, (when, priority, next(self.env._eid), fn, value))
+
+    def call_keyed(self, key: tuple, fn, value):
+        heappush(self.heap, (*key, fn, value))
+
+
+class Step:
+    """A decode batch run ahead: its slot, cohort step, size, attended context, times."""
+
+    __slots__ = ("slot", "step", "num_decodes", "context_sum", "start", "stage_s", "done_at")
+
+    def __init__(self, slot, step, num_decodes, context_sum, start, stage_s):
+        self.slot = slot
+        self.step = step
+        self.num_decodes = num_decodes
+        self.context_sum = context_sum
+        self.start = start
+        self.stage_s = stage_s
+        self.done_at = None
+
+    def batch(self, batch_cls):
+        """As the engine's own batch, once back in the simulation's queue."""
+        n = self.num_decodes
+        batch = batch_cls(self.slot, StepPlan(self.step, self.slot, NONE, NONE, NONE, n, self.context_sum, n, n, NONE),
+                          self.start, 0.0, self.stage_s, "decode", (), None)
+        batch.done_at = self.done_at
+        return batch
+
+
+class Ahead:
+    """The engine's batch handlers while it runs ahead, and the scheduler state they change,
+    kept aside: each cohort's step, the KV blocks taken, each slot's step ends, the last grant.
+    A batch is built from its cohort's counters (the whole cohort, its KV blocks and attended
+    context) and completed by noting when it ended; stage 0 and the change signal go through
+    the engine's own code."""
+
+    def __init__(self, engine, queue: AheadQueue):
+        sched = engine.scheduler
+        self.engine = engine
+        self.sched = sched
+        self.queue = queue
+        self.cohorts = cohorts = sched.cohorts
+        self.step = [c.step_no for c in cohorts]
+        # members never join or leave while running ahead: each slot's next finishing step is fixed
+        self.finish_step = [c.step_no + c.steps_to_next_finish() - 1 if c.members else -1 for c in cohorts]
+        self.kv_free = self.kv_start = sched.pool.num_free
+        self.ends: list[list] = [[] for _ in cohorts]  # per slot: when each step run ahead ended
+        self.last_grant = None
+        self.num_stages = engine.num_stages
+        self.llm_step_s = engine.cost.llm_step_s
+        # members are fixed, so per slot: its size, its activation send, its context at the
+        # first step (it grows by the size each step)
+        self.size = [len(c) for c in cohorts]
+        self.act = [engine._activation_of(n) if n else 0.0 for n in self.size]
+        self.step0 = list(self.step)
+        self.ctx0 = [c.context_sum(c.step_no) for c in cohorts]
+        self.blocks_needed = [c.blocks_needed for c in cohorts]
+        self.runs = [Step(s, 0, n, 0, 0.0, 0.0) for s, n in enumerate(self.size)]  # one batch per slot at a time
+        self.all_decode = all(self.size)  # no empty slot: lmmsim.engine.pipeline_steady may take over
+        # handlers as attributes, so a queued event's function can be told by identity
+        self.h_granted, self.h_left0, self.h_done = self.granted, self.left_stage0, self.done
+
+    def new_run(self, slot: int, step: int, start: float, stage_s: float) -> Step:
+        """``slot``'s batch of cohort step ``step``, granted stage 0 at ``start``."""
+        run = self.runs[slot]
+        run.step, run.start, run.stage_s, run.done_at = step, start, stage_s, None
+        run.context_sum = self.ctx0[slot] + self.size[slot] * (step - self.step0[slot])
+        return run
+
+    def fits(self, slot: int) -> bool:
+        """Would ``slot``'s next batch's new KV blocks fit?"""
+        return self.blocks_needed[slot](self.step[slot]) <= self.kv_free
+
+    def granted(self, slot: int) -> None:
+        engine = self.engine
+        engine._zero_pending -= 1
+        now = self.queue.now
+        self.last_grant = now  # the scheduler refreshes its queue's priorities at each batch
+        n = self.size[slot]
+        if not n:  # an empty batch, as the scheduler's
+            engine._release0()
+            engine._wait_change(slot)
+            return
+        step = self.step[slot]
+        k = step - self.step0[slot]
+        self.kv_free -= self.blocks_needed[slot](step)
+        run = self.runs[slot]
+        run.step = step
+        run.context_sum = ctx = self.ctx0[slot] + n * k
+        run.start, run.done_at = now, None
+        run.stage_s = stage_s = self.llm_step_s((), n, ctx, n) / self.num_stages
+        queue = self.queue
+        heappush(queue.heap, (now + (stage_s + 0.0), LATE, next(queue.env._eid), self.h_left0, run))
+
+    def left_stage0(self, run: Step) -> None:
+        engine = self.engine
+        engine._release0()
+        engine.stage_busy_s[0] += run.stage_s + 0.0
+        if engine.chunk_pipelining:
+            engine.notify()
+        run.done_at = pass_stages(engine._stage_free, engine.stage_busy_s, self.queue.now, self.act[run.slot],
+                                  run.stage_s, self.num_stages)
+        queue = self.queue
+        heappush(queue.heap, (run.done_at, LATE, next(queue.env._eid), self.h_done, run))
+
+    def done(self, run) -> None:
+        """A batch left the last stage (``on_batch`` has nothing to do for a decode batch that
+        preempted nobody: it releases the embeddings chunks consumed)."""
+        engine = self.engine
+        slot = run.slot
+        engine.num_steps += 1
+        self.ends[slot].append(self.queue.now)
+        self.step[slot] += 1
+        engine.notify()
+        engine._ask(slot)
+
+    def commit(self) -> None:
+        """The scheduler takes the steps run ahead (no request finishes in them)."""
+        sched = self.sched
+        for slot, ends in enumerate(self.ends):
+            if ends and sched.cohorts[slot].advance_many(ends):
+                raise AssertionError("a step run ahead finished a request")
+        sched.pool.allocate(self.kv_start - self.kv_free)
+        if self.last_grant is not None:
+            sched.queue.refresh(self.last_grant)
+
+
+def quiet_point(engine) -> bool:
+    """May ``engine`` run ahead from the batch leaving stage 0 now? Nothing can join, and
+    no grant or change event is waiting at this instant (only completions are queued, and
+    those can be taken out and put back under their keys)."""
+    sched = engine.scheduler
+    return not (engine._zero_pending or sched.prefilling or sched.prefilled or len(sched.queue)) and all(
+        len(c) <= sched.token_budget for c in sched.cohorts) and (  # a priority walk may evict decodes beyond it
+        engine.quiet is None or engine.quiet())
+
+
+def run_ahead(engine, batch) -> None:
+    """Run ``batch`` leaving stage 0 now and the engine's events after it, ahead of the clock."""
+    env = engine.env
+    barrier = engine.barrier_at()
+    queue = AheadQueue(env, [])
+    ahead = Ahead(engine, queue)
+    queued = {}  # event id -> (completion event already in the simulation's queue, its callbacks)
+    for done_batch, event in engine._in_flight.values():
+        queued[event.key[2]] = (event, event.callbacks)
+        event.callbacks = []  # it runs in the private queue instead (unless it is still there at the end)
+        queue.heap.append((*event.key, ahead.h_done, done_batch))
+    heapify(queue.heap)
+    engine._q, engine._ahead = queue, ahead
+    engine._h_granted, engine._h_left0, engine._h_done = ahead.h_granted, ahead.h_left0, ahead.h_done
+    try:
+        engine._left_stage0(batch)
+        _loop(engine, queue, ahead, barrier)
+    finally:
+        engine._q, engine._ahead = env, None
+        engine._h_granted, engine._h_left0, engine._h_done = engine._granted, engine._left_stage0, engine._done
+    ahead.commit()
+    _put_back(engine, queue, ahead, queued)
+
+
+def _put_back(engine, queue: AheadQueue, ahead: Ahead, queued: dict) -> None:
+    """The events still queued go back to the simulation's queue under their keys."""
+    env = engine.env
+    real = {ahead.h_granted: engine._h_granted, ahead.h_left0: engine._h_left0, ahead.h_done: engine._h_done}
+    engine._in_flight.clear()  # the batches past stage 0 are those whose completion is still queued
+    for when, priority, eid, fn, value in queue.heap:
+        if eid in queued:  # never left the simulation's queue: it runs there after all
+            event, callbacks = queued[eid]
+            event.callbacks = callbacks
+            engine._in_flight[value.slot] = (event.value, event)
+            continue
+        fn = real.get(fn, fn)
+        if isinstance(value, Step):
+            value = value.batch(Batch)
+        event = env.call_keyed((when, priority, eid), fn, value)
+        if fn is engine._h_done:
+            engine._in_flight[value.slot] = (value, event)
+
+
+def _loop(engine, queue: AheadQueue, ahead: Ahead, barrier: float) -> None:
+    heap = queue.heap
+    done, granted = ahead.h_done, ahead.h_granted
+    finish_step = ahead.finish_step
+    steady_ok = ahead.all_decode
+    while heap:
+        if steady_ok and steady(engine, ahead):
+            run_steady(engine, ahead, queue, barrier)
+            steady_ok = False  # the handlers take the next event
+            if not heap:
+                return
+        entry = heappop(heap)
+        when, fn, value = entry[0], entry[3], entry[4]
+        if when >= barrier or (fn is done and value.step == finish_step[value.slot]) or (
+                fn is granted and not ahead.fits(value)):
+            # an outside event may come first; the completion finishes a request; the
+            # scheduler would preempt: stepping takes over from this event
+            heappush(heap, entry)
+            return
+        queue.now = when
+        fn(value)
+        steady_ok = ahead.all_decode
