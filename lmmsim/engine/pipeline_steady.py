@@ -45,8 +45,6 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
     cpp = engine.chunk_pipelining
     created = []  # events built here ([when, slot, step, None, start, stage_s] lists), in creation order
     done_count = 0
-    renewed = False
-    triggered_at = None  # when the current change signal was triggered here
 
     def grant(s: int, t: float) -> list:
         k = step[s] - step0[s]
@@ -66,8 +64,8 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
                 break
             start, stage_s, s_step = (hold[4], hold[5], hold[2]) if hold[3] is None else hold[:3]
             busy[0] += stage_s + 0.0
-            if cpp and triggered_at is None:
-                triggered_at = t
+            if cpp:
+                _notify(engine, t)  # stage 0's notify
             hold[3] = False  # its event has run
             item = [pass_stages(free, busy, t, act[holder], stage_s, num_stages), holder, s_step, None, start, stage_s]
             created.append(item)
@@ -89,7 +87,8 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
             flight.popleft()[3] = False
             ends[s].append(t)
             done_count += 1
-            renewed, triggered_at = True, None  # notify, then the ask takes a fresh signal
+            _notify(engine, t)  # the completion notifies, then its slot's ask takes a fresh signal
+            engine._changed = engine._slot_changed[s] = type(engine._changed)()
             if holder is None:
                 holder = s
                 hold = grant(s, t)
@@ -101,7 +100,6 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
     engine.num_steps += done_count
     engine._holder = holder
     _rebuild(ahead, queue, flight, hold, created)
-    _settle_change(engine, renewed, triggered_at)
     return done_count
 
 
@@ -149,14 +147,10 @@ def _rebuild(ahead, queue, flight, hold, created) -> None:
     queue.heap[:] = heap
 
 
-def _settle_change(engine, renewed: bool, triggered_at) -> None:
-    """The change signal as the handlers leave it: a completion notifies and its slot's ask
-    takes a fresh one; a CPP batch leaving stage 0 notifies (nobody waits on it here). The
-    signal each slot saw when it asked is left as it was: a slot only waits on it after an
-    empty batch, and a slot whose cohort has members gets none before it asks again."""
-    if renewed:
-        engine._changed = type(engine._changed)()
+def _notify(engine, t: float) -> None:
+    """The engine's notify at ``t``: nobody waits on the signal here (every slot's cohort has
+    members, so no slot is idle), so its processing event is drawn, not queued."""
     change = engine._changed
-    if triggered_at is not None and not change.triggered:
+    if not change.triggered:
         change.triggered = True
-        change.key = (triggered_at, LATE, next(engine.env._eid))
+        change.key = (t, LATE, next(engine.env._eid))

@@ -103,11 +103,11 @@ def save(name: str, data: dict, profile: pd.DataFrame | None) -> None:
     doc = {"format": FORMAT, **data, "has_profile": profile is not None}
     if profile is not None:
         doc["attrs"] = dict(profile.attrs)
-        tmp = folder / f".{name}.parquet.tmp"
+        tmp = folder / f".{name}.{os.getpid()}.parquet.tmp"  # one per writer: sweep workers share the folder
         frame = profile.copy()
         frame.attrs = {}
         frame.to_parquet(tmp, index=False)
         tmp.replace(folder / f"{name}.parquet")
-    tmp = folder / f".{name}.json.tmp"
+    tmp = folder / f".{name}.{os.getpid()}.json.tmp"
     tmp.write_text(json.dumps(doc) + "\n")  # key order kept: the report goes into summary.json as it is
     tmp.replace(folder / f"{name}.json")
