@@ -134,13 +134,10 @@ class Ahead:
             engine._wait_change(slot)
             return
         step = self.step[slot]
-        k = step - self.step0[slot]
         self.kv_free -= self.blocks_needed[slot](step)
-        run = self.runs[slot]
-        run.step = step
-        run.context_sum = ctx = self.ctx0[slot] + n * k
-        run.start, run.done_at = now, None
-        run.stage_s = stage_s = self.llm_step_s((), n, ctx, n) / self.num_stages
+        ctx = self.ctx0[slot] + n * (step - self.step0[slot])
+        stage_s = self.llm_step_s((), n, ctx, n) / self.num_stages
+        run = self.new_run(slot, step, now, stage_s)
         queue = self.queue
         heappush(queue.heap, (now + (stage_s + 0.0), LATE, next(queue.env._eid), self.h_left0, run))
 

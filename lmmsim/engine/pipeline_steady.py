@@ -27,7 +27,7 @@ from lmmsim.engine.pipeline_batch import pass_stages
 
 
 def steady(engine, ahead) -> bool:
-    """May :func:`run_steady` take over now?"""
+    """May :func:`run_steady` take over now (every slot decoding, nothing zero-time queued)?"""
     return ahead.all_decode and not engine._zero_pending
 
 
