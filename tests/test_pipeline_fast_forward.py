@@ -60,3 +60,48 @@ def test_pipeline_fast_forward_is_checked(monkeypatch):
         assert "finished a request" in str(err)
     else:
         assert not ahead.requests.equals(stepped.requests)
+
+
+def _awaiting_spy(monkeypatch, answer=None):
+    """Record, at each e_pd run ahead, whether a request routed to a pipeline still waited for
+    its embeddings (``answer``: what the outside barrier returns instead of the real one)."""
+    from lmmsim.engine.disaggregation import DisaggregatedFrontend
+
+    frontends, seen = [], []
+    init, first = DisaggregatedFrontend.__init__, pipeline_ff.first_outside_event
+
+    def keep(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        frontends.append(self)
+
+    def spy(env, own):
+        seen.append(any(box.num_awaiting for box in frontends[-1].inboxes))
+        return first(env, own) if answer is None else answer
+
+    monkeypatch.setattr(DisaggregatedFrontend, "__init__", keep)
+    monkeypatch.setattr(pipeline_ff, "first_outside_event", spy)
+    return seen
+
+
+def test_epd_pipeline_runs_ahead_while_embeddings_are_coming(monkeypatch):
+    """An e_pd pipeline runs ahead even while embeddings for it are on their way, up to the next
+    event that is not its own: the timeline is stepping's, bit for bit."""
+    seen = _awaiting_spy(monkeypatch)
+    ahead = _run("gllm-epd", [], True)
+    monkeypatch.undo()
+    stepped = _run("gllm-epd", [], False)
+    pd.testing.assert_frame_equal(ahead.requests, stepped.requests, check_exact=True)
+    assert sum(seen) >= 10, "no run ahead began while a request awaited its embeddings"
+
+
+def test_epd_run_ahead_needs_the_outside_barrier(monkeypatch):
+    """Without the stop at the next outside event, a run ahead overtakes embeddings that arrive
+    meanwhile, and the comparison sees it."""
+    _awaiting_spy(monkeypatch, answer=float("inf"))
+    try:
+        ahead = _run("gllm-epd", [], True)
+    except AssertionError:
+        return  # a guard of the run ahead caught it
+    monkeypatch.undo()
+    stepped = _run("gllm-epd", [], False)
+    assert not ahead.requests.equals(stepped.requests)

@@ -26,10 +26,6 @@ class FrontendCallbacks:
     def on_handoff(self, i):
         return lambda seq: self.frontend.on_prefilled(i, seq)
 
-    def nothing_inbound(self, i):
-        """Is no request routed to LLM engine ``i`` still waiting for embeddings?"""
-        return lambda: self.frontend.inboxes[i].num_awaiting == 0
-
     def on_decode_finish(self, d, on_finish):
         def finished(seq):
             on_finish(seq)
@@ -95,9 +91,9 @@ def _encoders(parts, colocation, calls, env, local_target: list[int], n_remote: 
 
 def assemble_disaggregated(parts: Parts, env, on_finish, barrier_at) -> DisaggregatedFrontend:
     # Engines other than the monolithic ones get work from transfers, not only arrivals, so
-    # they never fast-forward -- except an e_pd LLM pipeline while no request routed to it
-    # waits for embeddings: nothing then reaches it before the next arrival
-    # (lmmsim.engine.pipeline_ff).
+    # they never fast-forward -- except an e_pd LLM pipeline, whose run ahead also stops
+    # before the simulation's next event that is not its own (an encoder's step, a send:
+    # anything that may route embeddings to it; lmmsim.engine.pipeline_ff).
     scn, pools = parts.scn, parts.pools
     dep, router_cfg = scn.deployment, scn.policy.router
     colocation, calls = Colocation(parts, env), FrontendCallbacks()
@@ -106,7 +102,8 @@ def assemble_disaggregated(parts: Parts, env, on_finish, barrier_at) -> Disaggre
     pipeline_ff = scn.sim.fast_forward and not prefill_only and pools[first].pp > 1
     llm = [make_engine(parts, colocation, env, first, i, on_finish, barrier_at, media="remote",
                        prefill_only=prefill_only, on_handoff=calls.on_handoff(i) if prefill_only else None,
-                       on_batch=calls.on_batch(i), fast_forward=pipeline_ff, quiet=calls.nothing_inbound(i))
+                       on_batch=calls.on_batch(i), fast_forward=pipeline_ff,
+                       outside_events_stop=True)
            for i in range(pools[first].workers)]
     n_remote = len(llm)
     local, local_target = _local_prefill(parts, colocation, calls, env, on_finish, barrier_at, n_remote)

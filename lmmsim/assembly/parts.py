@@ -74,9 +74,9 @@ def encoder_cache(parts: Parts, dp: int = 1) -> MediaCache | None:
 
 
 def make_engine(parts: Parts, colocation, env, pool_name: str, index: int, on_finish, barrier_at, *, media,
-                prefill_only=False, on_handoff=None, on_batch=None, fast_forward=False, quiet=None):
-    """One LLM worker of ``pool_name``: a replica, or a pipeline of ``pp`` stages (``quiet``:
-    may a pipeline's fast-forward begin, as far as work routed to it from outside goes)."""
+                prefill_only=False, on_handoff=None, on_batch=None, fast_forward=False, outside_events_stop=False):
+    """One LLM worker of ``pool_name``: a replica, or a pipeline of ``pp`` stages
+    (``outside_events_stop``: work reaches the pipeline from other events than arrivals)."""
     scn, pool = parts.scn, parts.pools[pool_name]
     batching = scn.policy.batching
     ids = parts.placement[pool_name][index]
@@ -114,5 +114,6 @@ def make_engine(parts: Parts, colocation, env, pool_name: str, index: int, on_fi
     return PipelineEngine(env, index, name, scheduler, cost, pool.pp, stage_ids,
                           lambda tokens: p2p_s(tokens * hidden_bytes), on_finish,
                           chunk_pipelining=pool.chunk_pipelining, on_handoff=on_handoff,
-                          step_log=parts.log, on_batch=on_batch, barrier_at=barrier_at, fast_forward=fast_forward, quiet=quiet,
+                          step_log=parts.log, on_batch=on_batch, barrier_at=barrier_at, fast_forward=fast_forward,
+                          outside_events_stop=outside_events_stop,
                           stage_runs=[colocation.runner(f"{name}/stage{k}", st) for k, st in enumerate(stage_ids)])

@@ -102,7 +102,7 @@ class PipelineEngine:
         stage_runs: list | None = None,
         barrier_at: Callable[[], float] | None = None,
         fast_forward: bool = False,
-        quiet: Callable[[], bool] | None = None,
+        outside_events_stop: bool = False,
     ):
         if num_stages < 1 or len(stage_gpu_ids) != num_stages:
             raise ValueError("one GPU group per stage")
@@ -141,7 +141,9 @@ class PipelineEngine:
         # decode-only stretches run ahead (lmmsim.engine.pipeline_ff); not while logging steps
         self._fast_forward = fast_forward and barrier_at is not None and step_log is None and num_stages > 1
         self.barrier_at = barrier_at
-        self.quiet = quiet  # () -> may nothing reach the engine from outside before the next arrival?
+        # work reaches the engine from other events than arrivals (an e_pd pipeline's embeddings):
+        # a run ahead then also stops before the simulation's next event that is not its own
+        self.outside_events_stop = outside_events_stop
         # handlers as attributes, so a queued event's function can be told by identity
         self._h_granted, self._h_left0, self._h_done = self._granted, self._left_stage0, self._done
         self._h_fire = self._fire

@@ -28,7 +28,7 @@ without fast-forward bit for bit.
 
 from __future__ import annotations
 
-from heapq import heapify, heappop, heappush
+from heapq import heapify, heappop, heappush, nsmallest
 
 from lmmsim.engine.clock import LATE
 from lmmsim.engine.pipeline_batch import Batch, pass_stages
@@ -99,7 +99,10 @@ class Ahead:
         self.ends: list[list] = [[] for _ in cohorts]  # per slot: when each step run ahead ended
         self.last_grant = None
         self.num_stages = engine.num_stages
-        self.llm_step_s = engine.cost.llm_step_s
+        cost = engine.cost
+        self._make_step_fn = getattr(cost, "decode_step_fn", None) or (
+            lambda n: lambda context_sum: cost.llm_step_s((), n, context_sum, n))
+        self.step_fns = [None] * len(cohorts)  # per slot, its decode batch's step time by context (built when first priced)
         # members are fixed, so per slot: its size, its activation send, its context at the
         # first step (it grows by the size each step)
         self.size = [len(c) for c in cohorts]
@@ -119,6 +122,13 @@ class Ahead:
         run.context_sum = self.ctx0[slot] + self.size[slot] * (step - self.step0[slot])
         return run
 
+    def step_fn(self, slot: int):
+        """``context_sum -> step time`` of ``slot``'s decode batch (its size is fixed here)."""
+        fn = self.step_fns[slot]
+        if fn is None:
+            fn = self.step_fns[slot] = self._make_step_fn(self.size[slot])
+        return fn
+
     def fits(self, slot: int) -> bool:
         """Would ``slot``'s next batch's new KV blocks fit?"""
         return self.blocks_needed[slot](self.step[slot]) <= self.kv_free
@@ -136,7 +146,7 @@ class Ahead:
         step = self.step[slot]
         self.kv_free -= self.blocks_needed[slot](step)
         ctx = self.ctx0[slot] + n * (step - self.step0[slot])
-        stage_s = self.llm_step_s((), n, ctx, n) / self.num_stages
+        stage_s = self.step_fn(slot)(ctx) / self.num_stages
         run = self.new_run(slot, step, now, stage_s)
         queue = self.queue
         heappush(queue.heap, (now + (stage_s + 0.0), LATE, next(queue.env._eid), self.h_left0, run))
@@ -180,8 +190,7 @@ def quiet_point(engine) -> bool:
     those can be taken out and put back under their keys)."""
     sched = engine.scheduler
     return not (engine._zero_pending or sched.prefilling or sched.prefilled or len(sched.queue)) and all(
-        len(c) <= sched.token_budget for c in sched.cohorts) and (  # a priority walk may evict decodes beyond it
-        engine.quiet is None or engine.quiet())
+        len(c) <= sched.token_budget for c in sched.cohorts)  # a priority walk may evict decodes beyond it
 
 
 def run_ahead(engine, batch) -> None:
@@ -196,6 +205,8 @@ def run_ahead(engine, batch) -> None:
         event.callbacks = []  # it runs in the private queue instead (unless it is still there at the end)
         queue.heap.append((*event.key, ahead.h_done, done_batch))
     heapify(queue.heap)
+    if engine.outside_events_stop:
+        barrier = min(barrier, first_outside_event(env, queued))
     engine._q, engine._ahead = queue, ahead
     engine._h_granted, engine._h_left0, engine._h_done = ahead.h_granted, ahead.h_left0, ahead.h_done
     try:
@@ -206,6 +217,15 @@ def run_ahead(engine, batch) -> None:
         engine._h_granted, engine._h_left0, engine._h_done = engine._granted, engine._left_stage0, engine._done
     ahead.commit()
     _put_back(engine, queue, ahead, queued)
+
+
+def first_outside_event(env, own: dict) -> float:
+    """When the simulation's next event that is not one of the engine's own (``own``: their event
+    ids) is due: any event may route work to the engine, so a run ahead stops before it."""
+    for entry in nsmallest(len(own) + 1, env._queue):
+        if entry[2] not in own:
+            return entry[0]
+    return float("inf")
 
 
 def _put_back(engine, queue: AheadQueue, ahead: Ahead, queued: dict) -> None:

@@ -41,16 +41,15 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
     step, blocks_needed, step0 = ahead.step, ahead.blocks_needed, ahead.step0
     size, ctx0, act, finish_step = ahead.size, ahead.ctx0, ahead.act, ahead.finish_step
     free, busy = engine._stage_free, engine.stage_busy_s
-    num_stages, llm_step_s, ends = engine.num_stages, ahead.llm_step_s, ahead.ends
+    num_stages, step_fns, step_fn, ends = engine.num_stages, ahead.step_fns, ahead.step_fn, ahead.ends
     cpp = engine.chunk_pipelining
     created = []  # events built here ([when, slot, step, None, start, stage_s] lists), in creation order
     done_count = 0
 
-    def grant(s: int, t: float) -> list:
+    def grant(s: int, t: float, need: int) -> list:
         k = step[s] - step0[s]
-        ahead.kv_free -= blocks_needed[s](step[s])
-        n = size[s]
-        stage_s = llm_step_s((), n, ctx0[s] + n * k, n) / num_stages
+        ahead.kv_free -= need
+        stage_s = (step_fns[s] or step_fn(s))(ctx0[s] + size[s] * k) / num_stages
         ahead.last_grant = t
         item = [t + (stage_s + 0.0), s, step[s], None, t, stage_s]
         created.append(item)
@@ -60,8 +59,12 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
         d = flight[0][0] if flight else math.inf
         if hold_end < d:  # the holder leaves stage 0; the first in line takes it
             t = hold_end
-            if t >= barrier or (waiting and not _fits(ahead, waiting[0])):
+            if t >= barrier:
                 break
+            if waiting:
+                need = blocks_needed[waiting[0]](step[waiting[0]])
+                if need > ahead.kv_free:
+                    break
             start, stage_s, s_step = (hold[4], hold[5], hold[2]) if hold[3] is None else hold[:3]
             busy[0] += stage_s + 0.0
             if cpp:
@@ -72,7 +75,7 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
             flight.append(item)
             if waiting:
                 holder = waiting.popleft()
-                hold = grant(holder, t)
+                hold = grant(holder, t, need)
                 hold_end = hold[0]
             else:
                 holder, hold_end, hold = None, math.inf, None
@@ -81,9 +84,11 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
             if t >= barrier or s_step == finish_step[s]:
                 break
             step[s] += 1
-            if holder is None and not _fits(ahead, s):
-                step[s] -= 1
-                break
+            if holder is None:
+                need = blocks_needed[s](step[s])
+                if need > ahead.kv_free:
+                    step[s] -= 1
+                    break
             flight.popleft()[3] = False
             ends[s].append(t)
             done_count += 1
@@ -91,7 +96,7 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
             engine._changed = engine._slot_changed[s] = type(engine._changed)()
             if holder is None:
                 holder = s
-                hold = grant(s, t)
+                hold = grant(s, t, need)
                 hold_end = hold[0]
             else:
                 waiting.append(s)
@@ -119,10 +124,6 @@ def _queued_state(ahead, queue):
     if any(a[0] >= b[0] for a, b in zip(flight, list(flight)[1:])):
         return None
     return hold_end, hold, flight
-
-
-def _fits(ahead, s: int) -> bool:
-    return ahead.blocks_needed[s](ahead.step[s]) <= ahead.kv_free
 
 
 def _rebuild(ahead, queue, flight, hold, created) -> None:
