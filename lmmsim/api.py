@@ -94,15 +94,19 @@ class RunResult:
     """One simulated run: ``requests`` (one row per request, the columns of
     ``requests.parquet``), ``summary`` (the dict ``summary.json`` holds), ``steps`` (one
     row per engine step, encoder batch or transfer, with ``step_log=True``; else None),
-    ``scenario`` (the validated scenario) and ``output`` (the folder written, or None)."""
+    ``scenario`` (the validated scenario) and ``output`` (the folder written, or None).
+    With ``sim.keep_requests: false`` the rows are not held: ``requests`` is None and
+    ``requests_path`` names ``output``'s requests.parquet (None without ``output``: the rows
+    streamed to a temporary file, gone with the run)."""
 
     def __init__(self, requests, summary: dict, steps, scenario, output: Path | None):
         self.requests, self.summary, self.steps = requests, summary, steps
         self.scenario, self.output = scenario, output
+        self.requests_path = output / "requests.parquet" if requests is None and output is not None else None
 
     def __repr__(self) -> str:
         where = f", output={str(self.output)!r}" if self.output is not None else ""
-        return f"RunResult({self.scenario.name!r}, {len(self.requests)} requests{where})"
+        return f"RunResult({self.scenario.name!r}, {self.summary['num_requests']} requests{where})"
 
 
 def run(scenario, overrides: Mapping[str, Any] | None = None, *, output: str | Path | None = None,

@@ -101,6 +101,20 @@ def test_output_none_writes_nothing_and_output_writes_the_run_folder(tmp_path, m
     run(QUICKSTART, SMALL, output="out", force=True)
 
 
+def test_a_streamed_run_points_at_its_rows_instead_of_holding_them(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    streamed = {**SMALL, "sim.keep_requests": False}
+    res = run(QUICKSTART, streamed)
+    assert res.requests is None and res.requests_path is None and "12 requests" in repr(res)
+    res = run(QUICKSTART, streamed, output="out")
+    kept = run(QUICKSTART, SMALL)
+    assert res.requests is None and res.requests_path == Path("out") / "requests.parquet"
+    rows = pd.read_parquet(res.requests_path).sort_values("request_id").reset_index(drop=True)
+    # an all-empty text column is typed string in the stream, null in memory: compare as objects
+    rows, kept = rows.astype(object).where(rows.notna(), None), kept.requests.astype(object)
+    pd.testing.assert_frame_equal(rows, kept.where(kept.notna(), None), check_like=True)
+
+
 def test_sweep_returns_one_row_per_point(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     spec = {"base": str(QUICKSTART), "set": SMALL,

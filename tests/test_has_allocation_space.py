@@ -88,3 +88,21 @@ def test_each_platform_searches_its_own_space(scenario):
     params = table5["axes"][0]["params"]
     has = [(g, d) for g, n, d in zip(params["hardware.gpu"], params["name"], params["deployment"]) if n == "easerve-has"]
     assert {g for g, _ in has} == {"rtx-6000-ada", "a100-sxm-80gb"} and has[0][1] != has[1][1]
+
+
+def test_profiling_keeps_its_rows_when_the_scenario_streams_them(tmp_path):
+    """Stage 1 reads its stress runs' request rows: a scenario with ``sim.keep_requests: false``
+    (requests streamed to disk) still profiles, with the same capacities."""
+    def search(keep: bool):
+        raw = {**EXAMPLE, "sim": {**(EXAMPLE.get("sim") or {}), "keep_requests": keep}}
+        path = tmp_path / f"keep-{keep}.yaml"
+        path.write_text(yaml.safe_dump(raw, sort_keys=False))
+        raw, scn, base = mapping.read_raw(path)
+        problem = mapping.Problem(raw, scn, base, rate=4, trial_requests=200)
+        runs = runner.search(problem, method="has", budget=2, seed=0).summary["profiling"]["runs"]
+        return [(r["stage"], r["setting"], r["capacity_rps"]) for r in runs]
+
+    profiling._CAPACITY_CACHE.clear()  # each search measures its own runs
+    streamed = search(False)
+    profiling._CAPACITY_CACHE.clear()
+    assert streamed and streamed == search(True)

@@ -129,6 +129,9 @@ def _stress_raw(problem: Problem, alloc: Allocation, batch: int, n: int, *, one_
     policy = dict(raw.get("policy") or {})
     policy["router"] = {"kind": "round_robin"}
     raw["policy"] = policy
+    # a stage's capacity is read from its requests' rows (a few hundred): keep them in memory
+    # even when the user's scenario streams its requests to disk
+    raw["sim"] = {**(raw.get("sim") or {}), "keep_requests": True}
     wl = raw["workload"]
     wl["arrival"] = {"kind": "poisson", "rate": float(rate)}
     if one_token:
