@@ -8,6 +8,7 @@ written; a change to what the model depends on names another entry.
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from lmmsim.results import run_scenario, write_results
 from lmmsim.rps import admission as admission_mod
@@ -84,3 +85,62 @@ def test_the_entry_name_follows_what_the_model_depends_on(scenario_file, tmp_pat
     (scenario_file.parent / "trace.csv").write_text("a local file the scenario may read\n")
     scn, base = load_scenario(scenario_file, FAST)
     assert prep_cache.digest(admission_mod._cache_key(scn, base), base) not in names
+
+
+def _name(path, *sets):
+    scn, base = load_scenario(path, [*FAST, *sets])
+    return prep_cache.digest(admission_mod._cache_key(scn, base), base)
+
+
+def test_files_the_scenario_names_elsewhere_and_library_versions_count(scenario_file, tmp_path, monkeypatch):
+    """An empirical length file in a subfolder or at an absolute path, edited in place, names
+    another entry; so does another library version."""
+    monkeypatch.setenv(prep_cache.ENV, str(tmp_path / "cache"))
+    (scenario_file.parent / "data").mkdir()
+    for f in (scenario_file.parent / "data" / "lengths.txt", tmp_path / "lengths.txt"):
+        f.write_text("300\n500\n")
+        where = f.relative_to(scenario_file.parent) if f.parent.name == "data" else f
+        lengths = f"workload.mix.0.text_tokens={{kind: empirical, path: '{where}'}}"
+        before = _name(scenario_file, lengths)
+        f.write_text("300\n900\n")
+        assert _name(scenario_file, lengths) != before, where
+    here = _name(scenario_file, lengths)
+    monkeypatch.setattr(prep_cache, "_versions", lambda: "3.11.7 numpy=another")
+    assert _name(scenario_file, lengths) != here
+
+
+def test_a_cache_folder_inside_the_scenario_folder_still_hits(scenario_file, monkeypatch):
+    cache = scenario_file.parent / ".prep"
+    monkeypatch.setenv(prep_cache.ENV, str(cache))
+    before = _name(scenario_file)
+    cache.mkdir()
+    (cache / f"{before}.json").write_text("{}")
+    monkeypatch.setenv(prep_cache.ENV, str(scenario_file.parent))  # the cache is the folder itself
+    same_folder = _name(scenario_file)
+    (scenario_file.parent / f"{same_folder}.json").write_text("{}")
+    assert _name(scenario_file) == same_folder
+
+
+def test_a_trace_workload_keys_the_model_by_the_trace(tmp_path, monkeypatch):
+    """The profile of a trace workload runs the trace's first rows: two traces in one process (a
+    sweep over trace files) must not share an admission model, on disk or in memory."""
+    monkeypatch.delenv(prep_cache.ENV, raising=False)
+    folder = tmp_path / "tr"
+    folder.mkdir()
+    rows = {"a": [(0.1 * i, 300 + 40 * i) for i in range(60)], "b": [(0.1 * i, 3000 + 40 * i) for i in range(60)]}
+    for name, trace in rows.items():
+        (folder / f"{name}.jsonl").write_text("".join(
+            f'{{"timestamp": {t}, "modality": "text", "text_tokens": {n}, "media": [], "output_tokens": 20}}\n'
+            for t, n in trace))
+    raw = yaml.safe_load(SCENARIO)
+    raw["workload"] = {"arrival": {"kind": "trace", "path": "a.jsonl"}}
+    (folder / "s.yaml").write_text(yaml.safe_dump(raw))
+    keys = set()
+    for name in rows:
+        scn, base = load_scenario(folder / "s.yaml", [*FAST, f"workload.arrival.path={name}.jsonl"])
+        keys.add(admission_mod._cache_key(scn, base))
+    assert len(keys) == 2
+    scn, base = load_scenario(folder / "s.yaml", FAST)
+    before = admission_mod._cache_key(scn, base)
+    (folder / "a.jsonl").write_text((folder / "b.jsonl").read_text())  # edited in place
+    assert admission_mod._cache_key(scn, base) != before

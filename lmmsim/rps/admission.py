@@ -39,15 +39,21 @@ def _cache_key(scn, base_dir: Path) -> str:
     raw = json.loads(scn.model_dump_json())
     for key in ("name", "slo", "sim"):
         raw.pop(key, None)
+    arrival = raw["workload"].get("arrival") or {}
     for key in ("arrival", "num_requests", "duration_s"):
         raw["workload"].pop(key, None)
     raw["policy"].pop("router", None)
     raw["base_dir"] = str(Path(base_dir).resolve())
+    if arrival.get("kind") == "trace":  # the profile runs the trace's first rows: its file and window count
+        raw["trace"] = {**arrival, "sha256": _file_sha256(Path(base_dir) / arrival["path"])}
     profile = scn.policy.queue.profile
     if profile is not None:  # a measured profile: its contents, not just its name
-        path = Path(base_dir) / profile
-        raw["profile_sha256"] = hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
+        raw["profile_sha256"] = _file_sha256(Path(base_dir) / profile)
     return json.dumps(raw, sort_keys=True)
+
+
+def _file_sha256(path: Path) -> str | None:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else None
 
 
 def admission_model(scn, base_dir: Path, simulate) -> AdmissionModel:

@@ -12,9 +12,12 @@ arrival, request count, simulation settings, router -- with its seed, base
 folder and a measured profile's bytes), the bytes of every ``.py`` file of
 the lmmsim package (the simulator that profiles), the size and modification
 time of every catalog file (models, GPUs, fits, host profiles: every root of
-:func:`lmmsim.catalog.search_path`) and of every file in the scenario's folder
-(traces, local entries). A changed input names another entry; delete the
-folder to reclaim it.
+:func:`lmmsim.catalog.search_path`), of every file in the scenario's folder
+(traces, local entries) and of every file the scenario names elsewhere (a
+subfolder, an absolute path), and the versions of Python and of the libraries
+that compute the model (:data:`LIBRARIES`). The cache's own entries never
+count, so a cache folder inside the scenario's folder works. A changed input
+names another entry; delete the folder to reclaim it.
 
 An entry holds plain data -- ``<digest>.json`` (the estimator's and the
 classifier's parameters, the report, the profile's attrs) and
@@ -28,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -63,18 +67,53 @@ def _code() -> str:
     return _code_hash
 
 
+LIBRARIES = ("numpy", "pandas", "scikit-learn", "scipy", "simpy", "pyarrow")  # they compute the model
+
+
+def _versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def one(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "-"
+
+    return " ".join([sys.version.split()[0], *(f"{n}={one(n)}" for n in LIBRARIES)])
+
+
+def _referenced_files(key: str, base: Path) -> list[Path]:
+    """Files the scenario names anywhere (a trace, a profile; in a subfolder or by an
+    absolute path): every string in the key that is an existing file, from ``base``."""
+    found, todo = set(), [json.loads(key)]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+        elif isinstance(item, str) and 0 < len(item) < 4096 and "\n" not in item:
+            path = base / item
+            if path.is_file():
+                found.add(path.resolve())
+    return sorted(found)
+
+
 def digest(key: str, base_dir: Path) -> str:
     """The entry name of admission cache key ``key`` (see the module docstring)."""
     from lmmsim import catalog
 
     h = hashlib.sha256()
-    h.update(FORMAT.encode() + b"\0" + key.encode() + b"\0" + _code().encode())
+    h.update(FORMAT.encode() + b"\0" + key.encode() + b"\0" + _code().encode() + b"\0" + _versions().encode())
     for root in catalog.search_path():
         h.update(("\n".join([str(root), *_stats(Path(root))]) + "\0").encode())
     base = Path(base_dir)
-    if base.is_dir():
-        files = sorted(p for p in base.iterdir() if p.is_file())
-        h.update("\n".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files).encode())
+    own = cache_dir().resolve() if cache_dir() is not None else None
+    if base.is_dir():  # its files, and those the scenario names elsewhere; never the cache's own entries
+        files = {p.resolve() for p in base.iterdir() if p.is_file()} | set(_referenced_files(key, base))
+        stats = [f"{p}:{st.st_size}:{st.st_mtime_ns}" for p in sorted(files)
+                 if own is None or own not in p.parents for st in (p.stat(),)]
+        h.update("\n".join(stats).encode())
     return h.hexdigest()
 
 
