@@ -82,7 +82,7 @@ from typing import Sequence
 
 from lmmsim.catalog import BYTES_PER_PARAM_BF16, WHISPER_MEL_BINS, GpuSpec, ModelSpec
 from lmmsim.costmodel.base import OperatorPredictor
-from lmmsim.costmodel.data_parallel import per_rank
+from lmmsim.costmodel.data_parallel import dp_attention, per_rank, rank_tokens
 from lmmsim.costmodel.data_parallel import step_parts as _dp_step_parts
 from lmmsim.costmodel.data_parallel import step_s as _dp_step_s
 from lmmsim.costmodel.engine_overheads import EngineOverheads
@@ -93,7 +93,6 @@ from lmmsim.costmodel.split_view import BorrowedSplit as _BorrowedSplit
 from lmmsim.costmodel.split_view import ExtraOps as _ExtraOps
 from lmmsim.costmodel.split_view import Split as _Split
 from lmmsim.costmodel.split_view import SplitView as _SplitView
-from lmmsim.costmodel.step_breakdown import breakdown
 from lmmsim.errors import UserError
 from lmmsim.workload.request import EncoderWork
 
@@ -312,26 +311,36 @@ class ComposedStepCostModel:
             m += t[1]
         return (c, m)
 
-    def llm_step_breakdown(self, prefill_chunks, num_decodes, decode_context_sum, num_sampled) -> dict[str, float]:
-        """The terms of :meth:`llm_step_s` by name (:func:`lmmsim.costmodel.step_breakdown.breakdown`)."""
-        return breakdown(self, prefill_chunks, num_decodes, decode_context_sum, num_sampled)
-
-    def decode_step_fn(self, n: int):
-        """``context_sum -> llm_step_s((), n, context_sum, n)`` for decode batches of ``n``: the
-        same floats, summed in the same order, with the terms that depend on ``n`` alone looked
-        up once (a pipeline's steady loop prices one such batch per step)."""
-        if "llm_step_s" in self.__dict__ or n <= 0:  # dp ranks: their own composition
-            return lambda context_sum: self.llm_step_s((), n, context_sum, n)
-        dense = self._dense_memo.get(n)
-        dense = self._dense(n) if dense is None else dense
-        head = self._head_memo.get(n)
-        head = self._lm_head(n) if head is None else head
-        attention, layers = self._decode_attention, self._layers
-        shape = (self._heads, self._kv_heads, self._head_dim)
-        if not self._ov_active:
-            return lambda context_sum: dense + layers * attention(n, context_sum, *shape) + head
-        engine = self._engine_step_s(n, n)
-        return lambda context_sum: dense + layers * attention(n, context_sum, *shape) + head + engine
+    def llm_step_breakdown(
+        self,
+        prefill_chunks: Sequence[tuple[int, int]],
+        num_decodes: int,
+        decode_context_sum: int,
+        num_sampled: int,
+    ) -> dict[str, float]:
+        """The terms of :meth:`llm_step_s` by name (seconds; they sum to it up to float
+        rounding): the kernels (``dense``: linear layers, norms, collectives at the real
+        token count; ``prefill_attention``; ``decode_attention``; ``lm_head``) and the
+        engine terms of :mod:`lmmsim.costmodel.engine_overheads` (0 when off). Not memoised;
+        for reports, not the hot path."""
+        p = self.predictor
+        tokens = num_decodes + sum(c[0] for c in prefill_chunks)
+        out = {"dense": 0.0, "prefill_attention": 0.0, "decode_attention": 0.0, "lm_head": 0.0,
+               "cudagraph_padding": 0.0, "kv_write": 0.0, "collective_launch": 0.0, "step_cpu": 0.0}
+        if tokens <= 0:
+            return out
+        out["dense"] = (self._dense_cost(p, tokens) if self.dp == 1
+                        else layers_cost(self, p, tokens, rank_tokens(self, tokens, prefill_chunks)))
+        att = [self._prefill_attention_cost(p, tuple(c)) for c in prefill_chunks]
+        out["prefill_attention"] = sum(att) if self.dp == 1 else dp_attention(att, self.dp)
+        if num_decodes > 0:
+            out["decode_attention"] = self._layers * self._decode_attention(
+                num_decodes, decode_context_sum, self._heads, self._kv_heads, self._head_dim)
+        if num_sampled > 0:
+            out["lm_head"] = self._lm_head_cost(p, num_sampled)
+        if self._ov_active:
+            out.update({k: float(v) for k, v in self._engine_terms(p, tokens if num_sampled > 0 else -tokens).items()})
+        return out
 
     def prefill_s(self, num_tokens: int) -> float:
         """A single fresh prefill of ``num_tokens`` prompt tokens (one sampled token)."""

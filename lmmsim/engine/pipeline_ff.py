@@ -99,10 +99,7 @@ class Ahead:
         self.ends: list[list] = [[] for _ in cohorts]  # per slot: when each step run ahead ended
         self.last_grant = None
         self.num_stages = engine.num_stages
-        cost = engine.cost
-        self._make_step_fn = getattr(cost, "decode_step_fn", None) or (
-            lambda n: lambda context_sum: cost.llm_step_s((), n, context_sum, n))
-        self.step_fns = [None] * len(cohorts)  # per slot, its decode batch's step time by context (built when first priced)
+        self.llm_step_s = engine.cost.llm_step_s
         # members are fixed, so per slot: its size, its activation send, its context at the
         # first step (it grows by the size each step)
         self.size = [len(c) for c in cohorts]
@@ -122,13 +119,6 @@ class Ahead:
         run.context_sum = self.ctx0[slot] + self.size[slot] * (step - self.step0[slot])
         return run
 
-    def step_fn(self, slot: int):
-        """``context_sum -> step time`` of ``slot``'s decode batch (its size is fixed here)."""
-        fn = self.step_fns[slot]
-        if fn is None:
-            fn = self.step_fns[slot] = self._make_step_fn(self.size[slot])
-        return fn
-
     def fits(self, slot: int) -> bool:
         """Would ``slot``'s next batch's new KV blocks fit?"""
         return self.blocks_needed[slot](self.step[slot]) <= self.kv_free
@@ -146,7 +136,7 @@ class Ahead:
         step = self.step[slot]
         self.kv_free -= self.blocks_needed[slot](step)
         ctx = self.ctx0[slot] + n * (step - self.step0[slot])
-        stage_s = self.step_fn(slot)(ctx) / self.num_stages
+        stage_s = self.llm_step_s((), n, ctx, n) / self.num_stages
         run = self.new_run(slot, step, now, stage_s)
         queue = self.queue
         heappush(queue.heap, (now + (stage_s + 0.0), LATE, next(queue.env._eid), self.h_left0, run))

@@ -41,7 +41,7 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
     step, blocks_needed, step0 = ahead.step, ahead.blocks_needed, ahead.step0
     size, ctx0, act, finish_step = ahead.size, ahead.ctx0, ahead.act, ahead.finish_step
     free, busy = engine._stage_free, engine.stage_busy_s
-    num_stages, step_fns, step_fn, ends = engine.num_stages, ahead.step_fns, ahead.step_fn, ahead.ends
+    num_stages, llm_step_s, ends = engine.num_stages, ahead.llm_step_s, ahead.ends
     cpp = engine.chunk_pipelining
     created = []  # events built here ([when, slot, step, None, start, stage_s] lists), in creation order
     done_count = 0
@@ -49,7 +49,8 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
     def grant(s: int, t: float, need: int) -> list:
         k = step[s] - step0[s]
         ahead.kv_free -= need
-        stage_s = (step_fns[s] or step_fn(s))(ctx0[s] + size[s] * k) / num_stages
+        n = size[s]
+        stage_s = llm_step_s((), n, ctx0[s] + n * k, n) / num_stages
         ahead.last_grant = t
         item = [t + (stage_s + 0.0), s, step[s], None, t, stage_s]
         created.append(item)
