@@ -19,7 +19,9 @@ stepping, both exact while the conditions hold:
   gives the blocks), before anything outside can look.
 
 The loop stops before the first event it may not run this way: one at or
-after ``barrier`` (the next arrival, or the horizon), a completion that
+after ``barrier`` (the next arrival, or the horizon; for a pipeline fed by other
+events too, an e_pd one's embeddings, also the simulation's next event that is
+not the engine's own: :func:`first_outside_event`), a completion that
 finishes a request (``on_finish`` reaches outside), or a grant whose batch's
 KV blocks do not fit (the scheduler preempts). The events still queued go
 back to the simulation's queue under their keys. Tests compare runs with and
