@@ -108,7 +108,8 @@ def digest(key: str, base_dir: Path) -> str:
     for root in catalog.search_path():
         h.update(("\n".join([str(root), *_stats(Path(root))]) + "\0").encode())
     base = Path(base_dir)
-    own = cache_dir().resolve() if cache_dir() is not None else None
+    own = cache_dir()
+    own = own.resolve() if own is not None else None
     if base.is_dir():  # its files, and those the scenario names elsewhere; never the cache's own entries
         files = {p.resolve() for p in base.iterdir() if p.is_file()} | set(_referenced_files(key, base))
         stats = [f"{p}:{st.st_size}:{st.st_mtime_ns}" for p in sorted(files)
