@@ -15,6 +15,7 @@ import pandas as pd
 import torch
 
 from lmmsim.costmodel.composition import COMPOSITION_CSV, COMPOSITION_MODELS
+from lmmsim.profiler import ops
 from lmmsim.profiler.reference import TinyDecoder, TinyViT, time_forward
 
 # Shapes of the check: prompt lengths, (batch, context) decode steps, image batches.
@@ -36,6 +37,51 @@ def pass_fn(model: TinyDecoder | TinyViT, kind: str, shape: dict):
     if kind == "decode":
         return lambda: model.decode(shape["batch"], shape["context"])
     return lambda: model.forward(shape["batch"])
+
+
+# The fitted predictor's kernels that :func:`kernel_for_call` can rebuild exactly from their arguments.
+CALIBRATED = ("gemm_s", "attention_prefill_s", "attention_decode_s")
+
+
+class RecordingPredictor:
+    """A fitted predictor that remembers the GEMM and attention calls a composition makes.
+
+    ``calls`` maps ``(method, args)`` to the fitted seconds, so a check can time the very
+    kernels the cost model summed for a pass (:func:`kernel_for_call`).
+    """
+
+    def __init__(self, inner):
+        self._inner = inner
+        self.calls: dict[tuple, float] = {}
+
+    def __getattr__(self, name):
+        method = getattr(self._inner, name)
+        if name not in CALIBRATED:
+            return method
+
+        def recorded(*args):
+            self.calls[(name, args)] = seconds = method(*args)
+            return seconds
+
+        return recorded
+
+
+def kernel_for_call(method: str, args: tuple, device: str = "cpu"):
+    """The profiler's benchmark callable of one recorded predictor call (its own input pool)."""
+    pool = ops.TensorPool(device)
+    if method == "gemm_s":
+        m, n, k = args
+        return ops.build("gemm", {"m": m, "n": n, "k": k}, pool)[0]
+    if method == "attention_prefill_s":
+        new, context, heads, kv_heads, head_dim, causal = args
+        return ops.build("attention_prefill", {"batch": 1, "new_tokens": new, "context": context, "heads": heads,
+                                               "kv_heads": kv_heads, "head_dim": head_dim, "causal": int(causal)},
+                         pool)[0]
+    if method == "attention_decode_s":
+        batch, context_sum, heads, kv_heads, head_dim = args
+        return ops.build("attention_decode", {"batch": batch, "context": context_sum // batch, "heads": heads,
+                                              "kv_heads": kv_heads, "head_dim": head_dim}, pool)[0]
+    raise ValueError(f"no benchmark for predictor call {method!r}; valid: {', '.join(CALIBRATED)}")
 
 
 def measure(decoder: TinyDecoder | TinyViT, name: str, kind: str, shape: dict, repeats: int, device: str) -> dict:
