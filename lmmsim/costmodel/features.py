@@ -303,9 +303,6 @@ class ClassSpec:
     work_features: tuple[str, ...] = WORK
     estimators: tuple[str, ...] | None = None  # candidates to choose from; None: all (estimators.ESTIMATORS)
     forest_params: dict | None = None  # None: estimators.FOREST_PARAMS
-    # Inputs one model's calls take few values of (its heads, head size, masking): a forest
-    # walks its trees pruned to them (lmmsim.costmodel.npmodels.FixedColumnWalk), same floats.
-    model_features: tuple[str, ...] = ()
 
 
 #: The FP8 / MoE classes' forests: 16 trees, leaves of 6 rows or more, so that their arrays
@@ -321,7 +318,6 @@ DECODE_FEATURES = (
     Domain(cells=("log_head_dim",), octave="log_batch",
            box=("log_batch", "log_mean_context", "log_num_heads", "log_num_kv_heads")),
 )
-DECODE_MODEL_FEATURES = ("log_num_heads", "log_num_kv_heads", "log_head_dim", "log_gqa")
 
 CLASSES: dict[str, ClassSpec] = {
     "gemm": ClassSpec(gemm_work, gemm_features, ("log_m", "log_n", "log_k", "log_flops", "log_bytes"), True),
@@ -333,17 +329,15 @@ CLASSES: dict[str, ClassSpec] = {
         Domain(cells=("causal", "log_head_dim"), octave="log_new_tokens",
                box=("log_new_tokens", "log_prefix", "log_num_heads", "log_gqa", "log_tile_work")),
         work_features=(*WORK, "ctas"),
-        model_features=("log_num_heads", "log_num_kv_heads", "log_head_dim", "causal", "log_gqa"),
     ),
-    "attention_decode": ClassSpec(attention_decode_work, attention_decode_features, *DECODE_FEATURES,
-                                  model_features=DECODE_MODEL_FEATURES),
+    "attention_decode": ClassSpec(attention_decode_work, attention_decode_features, *DECODE_FEATURES),
     "elementwise": ClassSpec(elementwise_work, elementwise_features, ("log_bytes",), False),
     "allreduce": ClassSpec(allreduce_work, allreduce_features, ("log_num_bytes", "log_world", "log_steps"), False),
     "p2p": ClassSpec(p2p_work, p2p_features, ("log_bytes",), False),
     "gemm_fp8": ClassSpec(gemm_fp8_work, gemm_fp8_features,
                           ("log_m", "log_n", "log_k", "log_flops", "log_bytes"), True, forest_params=SMALL_FOREST),
     "attention_decode_fp8": ClassSpec(attention_decode_fp8_work, attention_decode_fp8_features, *DECODE_FEATURES,
-                                      forest_params=SMALL_FOREST, model_features=DECODE_MODEL_FEATURES),
+                                      forest_params=SMALL_FOREST),
     # Inside: the dtype and routing measured, every size within the measured range; a
     # (hidden, inter, experts, topk) combination the table lacks is inside (module docstring).
     "moe_experts": ClassSpec(

@@ -193,8 +193,6 @@ def evaluator(op_class: str, lc: LoadedClass):
         return roofline
     names = lc.features
     scalar_s = lc.model.scalar_s
-    if lc.kind == "forest":  # the same floats, faster where calls recur
-        scalar_s = lc.model.recurring_walk(tuple(names.index(nm) for nm in spec.model_features if nm in names))
     roof_s = lc.roofline.time_s
     # (Outside a class without a physical domain is the box of its log features, which
     # are a forest's inputs: the box the forest answered in before domains.)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from array import array
-from bisect import bisect_left
 
 import numpy as np
 
@@ -195,19 +194,6 @@ class ForestModel:
             total += value[node]
         return math.exp(total / len(roots))
 
-    def pruned(self, fixed: dict[int, float]) -> "PrunedForest":
-        """This forest for rows whose columns ``fixed`` (index -> value) hold those values."""
-        return PrunedForest(self, fixed)
-
-    def recurring_walk(self, columns: tuple[int, ...] = ()) -> "RecurringWalk":
-        """:meth:`scalar_s` for one caller's calls, faster where they recur (one walker per
-        ``columns``: the inputs its rows take few values of)."""
-        walks = self.__dict__.setdefault("_walks", {})
-        walk = walks.get(columns)
-        if walk is None:
-            walk = walks[columns] = RecurringWalk(self, columns)
-        return walk
-
     def scalar_many(self, rows) -> list[float]:
         """``[scalar_s(x) for x in rows]`` in one vectorised descent, the very same floats: the
         same float32 rounding and tests, the trees' values summed in order, Python's exp."""
@@ -230,144 +216,3 @@ class ForestModel:
                 node = left[node] if x[feature[node]] <= threshold[node] else right[node]
             total += value[node]
         return math.exp(total / len(ends))
-
-
-# A forest is pruned for a tuple of fixed-column values, or a one-input forest tabled, once it
-# has seen this many calls (pruning the H100 prefill-attention forest takes ~35 ms, 100-200
-# cold walks; a value that comes back rarely, such as an encoder batch folded into its head
-# count, is not worth it), and pruned for at most this many tuples (~1 MB each).
-PRUNE_AFTER = 16
-MAX_PRUNED = 32
-
-
-class RecurringWalk:
-    """``forest.scalar_s``, the same floats, faster for calls that recur.
-
-    * A forest of one input is a step function of it: after ``PRUNE_AFTER`` calls it is
-      tabled once (:class:`StepTable`) and answered by a bisection.
-    * ``columns`` are inputs the caller's rows take few values of (one model's heads and
-      head size): rows with values seen ``PRUNE_AFTER`` times walk the forest pruned to
-      them (:class:`PrunedForest`).
-    """
-
-    def __init__(self, forest: ForestModel, columns: tuple[int, ...]):
-        self._forest, self._columns = forest, columns
-        self._one_input = bool((forest.feature[forest.left >= 0] == 0).all())
-        self._table: StepTable | None = None
-        self._calls = 0
-        self._pruned: dict[tuple, PrunedForest] = {}
-        self._seen: dict[tuple, int] = {}
-
-    def __call__(self, x) -> float:
-        if self._table is not None:
-            return self._table(x)
-        if self._one_input:
-            self._calls += 1
-            if self._calls >= PRUNE_AFTER:
-                self._table = StepTable(self._forest)
-                return self._table(x)
-            return self._forest.scalar_s(x)
-        if not self._columns:
-            return self._forest.scalar_s(x)
-        key = tuple([x[i] for i in self._columns])
-        pruned = self._pruned.get(key)
-        if pruned is None:
-            seen = self._seen[key] = self._seen.get(key, 0) + 1
-            if seen < PRUNE_AFTER or len(self._pruned) >= MAX_PRUNED:
-                return self._forest.scalar_s(x)
-            pruned = self._pruned[key] = self._forest.pruned({i: x[i] for i in self._columns})
-        return pruned.scalar_s(x)
-
-
-class StepTable:
-    """A forest of one input as the step function it is: the prediction of every interval
-    between consecutive thresholds, computed once (in one vectorised descent), then read
-    by bisection.
-
-    Inputs are float32-rounded before the trees' ``x <= threshold`` tests, so each interval
-    ``(t[i-1], t[i]]`` is evaluated at a float32 inside it (the largest at or below
-    ``t[i]``); one that holds no float32 can never be asked for. The same floats as a walk:
-    every input in an interval makes every tree take the same path.
-    """
-
-    def __init__(self, forest: ForestModel):
-        thr = np.unique(forest.threshold[forest.left >= 0])
-        rep = thr.astype(np.float32)
-        rep = np.where(rep.astype(float) > thr, np.nextafter(rep, np.float32(-np.inf)), rep)
-        top = np.float32(thr[-1]) if len(thr) else np.float32(0.0)
-        if len(thr) and float(top) <= thr[-1]:
-            top = np.nextafter(top, np.float32(np.inf))
-        rep = np.append(rep, top).astype(float)
-        below = np.append(-np.inf, thr)  # each interval's lower end (exclusive)
-        reachable = rep > below
-        values = forest.scalar_many([[r] for r in rep[reachable].tolist()])
-        self._values = [None] * len(rep)
-        for i, v in zip(np.flatnonzero(reachable).tolist(), values):
-            self._values[i] = v
-        self._thresholds = thr.tolist()
-        self._forest = forest
-
-    def __call__(self, x) -> float:
-        v = array("f", x).tolist()[0]
-        if v != v:  # NaN fails every test: the walk goes right throughout
-            return self._forest.scalar_s(x)
-        return self._values[bisect_left(self._thresholds, v)]
-
-
-class PrunedForest:
-    """A forest with some inputs fixed and its tests on them resolved, for one call at a time.
-
-    A forest fitted across models splits on their heads, KV heads and head size; one model's
-    calls only ever take one side of those tests, so resolving them keeps a fraction of the
-    nodes (the H100 prefill-attention forest: 28,740 of 171,756 for Qwen2-72B's attention).
-    The rest is stored in flat arrays in depth-first order (a node's left child right after
-    it) instead of Python lists of boxed numbers: the walk of a cold call (its nodes out of
-    the CPU caches, as between engine steps) touches a few compact arrays, not 30 MB of
-    scattered objects (`python bench/forest_walks.py` on this 2-core EPYC, caches evicted before
-    each call: 147 vs 348 us a call; 30 vs 52 us warm).
-
-    Exact for any row whose fixed columns round to the same float32 as the values given:
-    the walk makes the same tests and sums the same leaf values in tree order.
-    """
-
-    def __init__(self, forest: ForestModel, fixed: dict[int, float]):
-        left, right = forest.left.tolist(), forest.right.tolist()
-        feature, threshold, value = forest.feature.tolist(), forest.threshold.tolist(), forest.value.tolist()
-        fixed32 = dict(zip(fixed, array("f", list(fixed.values())).tolist()))
-        feat, thr, val = array("h"), array("d"), array("d")
-        children: list[int] = []  # per node: (right, left), so that [2 * node + (x <= threshold)] descends
-        self._roots = roots = []
-        for base in forest.offsets.tolist():
-            stack = [(base, None)]  # (global node, (parent, 0 right / 1 left) to point at it)
-            while stack:
-                g, link = stack.pop()
-                while left[g] >= 0 and feature[g] in fixed32:  # a resolved test: go straight through it
-                    g = base + (left[g] if fixed32[feature[g]] <= threshold[g] else right[g])
-                i = len(thr)
-                if link is None:
-                    roots.append(i)
-                else:
-                    children[2 * link[0] + link[1]] = i
-                leaf = left[g] < 0
-                feat.append(-1 if leaf else feature[g])
-                thr.append(threshold[g])
-                val.append(value[g])
-                children += (-1, -1)
-                if not leaf:  # left pushed last: visited next, so it sits right after its parent
-                    stack.append((base + right[g], (i, 0)))
-                    stack.append((base + left[g], (i, 1)))
-        self._feat, self._thr, self._val = feat, thr, val
-        self._children = array("i", children)
-        self.num_nodes = len(thr)
-
-    def scalar_s(self, x) -> float:
-        feat, thr, children, val = self._feat, self._thr, self._children, self._val
-        x = array("f", x).tolist()
-        total = 0.0
-        for node in self._roots:
-            f = feat[node]
-            while f >= 0:
-                node = children[2 * node + (x[f] <= thr[node])]
-                f = feat[node]
-            total += val[node]
-        return math.exp(total / len(self._roots))
