@@ -29,7 +29,7 @@ from pathlib import Path
 
 from lmmsim.errors import StuckRunError, UserError
 from lmmsim.search.mapping import Config, Problem
-from lmmsim.sweep.executors import check_executor, dask_client, pool_for
+from lmmsim.sweep.executors import bounded_map, check_executor, dask_client, pool_for
 
 
 def simulate(task: tuple[dict, str]) -> dict:
@@ -109,9 +109,9 @@ class Evaluator:
                 self._client = self._dask.enter_context(dask_client(self.jobs, self.address))
             return self._client.gather(self._client.map(simulate, tasks, pure=False))
         if len(tasks) > 1 and self.jobs > 1:
-            shared = pool_for()  # lmmsim reproduce's pool, when one is open
+            shared = pool_for()  # lmmsim reproduce's pool, when one is open (this search's jobs at a time)
             if shared is not None:
-                return list(shared.map(simulate, tasks))
+                return bounded_map(shared, simulate, tasks, self.jobs)
             if self._pool is None:
                 self._pool = ProcessPoolExecutor(max_workers=self.jobs)
             return list(self._pool.map(simulate, tasks))

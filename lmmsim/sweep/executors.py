@@ -23,7 +23,7 @@ import os
 import shutil
 import time
 import traceback
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_completed, wait
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -130,8 +130,10 @@ def _local(tasks, jobs, on_done, on_start):
     if workers == 1:
         on_start()
         return _collect(((t, lambda t=t: run_one(t)) for t in tasks), on_done)
-    if _shared:
-        return _submit(pool_for(), tasks, on_done, on_start)
+    if _shared:  # reproduce's pool may have more workers than this caller asked for
+        pairs = bounded_completions(pool_for(), run_one, tasks, workers)
+        on_start()
+        return _collect(((tasks[i], f.result) for i, f in pairs), on_done)
     with ProcessPoolExecutor(max_workers=workers) as pool:
         return _submit(pool, tasks, on_done, on_start)
 
@@ -145,6 +147,43 @@ def _submit(pool, tasks, on_done, on_start):
         for f in futures:
             f.cancel()
         raise
+
+
+def bounded_completions(pool, fn, items: list, limit: int):
+    """``(index, future)`` of ``fn(items[index])`` on ``pool`` as each completes, with at most
+    ``limit`` submitted and not yet done: a caller that asked for ``limit`` jobs gets no more
+    inside a larger shared pool. The first ``limit`` are submitted before the first is yielded."""
+    futures: dict = {}
+    ahead = 0  # the next index to submit
+
+    def top_up() -> None:
+        nonlocal ahead
+        while len(futures) < limit and ahead < len(items):
+            futures[pool.submit(fn, items[ahead])] = ahead
+            ahead += 1
+
+    def completions():
+        try:
+            while futures:
+                done, _ = wait(futures, return_when=FIRST_COMPLETED)
+                for f in sorted(done, key=futures.get):
+                    index = futures.pop(f)
+                    top_up()
+                    yield index, f
+        finally:
+            for f in futures:
+                f.cancel()
+
+    top_up()  # now, not on the first next(): the caller's on_start comes after the workers start
+    return completions()
+
+
+def bounded_map(pool, fn, items: list, limit: int) -> list:
+    """``[fn(x) for x in items]`` on ``pool``, at most ``limit`` at a time (:func:`bounded_completions`)."""
+    out = [None] * len(items)
+    for index, f in bounded_completions(pool, fn, items, limit):
+        out[index] = f.result()
+    return out
 
 
 @contextlib.contextmanager
