@@ -115,13 +115,13 @@ def run(scenario, overrides: Mapping[str, Any] | None = None, *, output: str | P
     Nothing is written unless ``output`` names a folder: then the files of ``lmmsim run -o``
     (``trace.json`` too with ``step_log``, ``requests.csv`` with ``csv``; an existing
     non-empty folder only with ``force``, as ``--force``)."""
-    from lmmsim.results import prepare_output_dir, run_scenario, write_results
+    from lmmsim.results import prepare_output_dir, run_scenario, spill_place, write_results
 
     scn = load_scenario(scenario, overrides)
     out = Path(output) if output is not None else None
     if out is not None:
         prepare_output_dir(out, force)  # fail before simulating, not after
-    result = run_scenario(scn, scn._base_dir, trace=step_log)
+    result = run_scenario(scn, scn._base_dir, trace=step_log, spill_near=spill_place(out) if out is not None else None)
     if out is not None:
         write_results(result, scn, out, force=force, csv=csv)
     steps = result.built.step_log.to_frame() if result.built.step_log is not None else None

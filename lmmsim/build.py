@@ -173,8 +173,10 @@ def refusals(requests, max_model_len: int, disaggregated, bytes_per_token: float
     return out
 
 
-def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = False, requests=None) -> BuiltRun:
-    """Build a ready-to-run simulation; ``requests`` replaces the generated workload.
+def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = False, requests=None,
+          spill_near: Path | None = None) -> BuiltRun:
+    """Build a ready-to-run simulation; ``requests`` replaces the generated workload;
+    ``spill_near``: the folder a ``sim.keep_requests: false`` run spills into (its output's).
 
     Steps: resolve the catalog; lay the pools out on GPUs; plan cost models and
     memory; generate (or take) the requests and refuse the impossible ones;
@@ -203,7 +205,7 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
         raise UserError("sim.keep_requests", "a trace (--trace) needs every request at the end; valid: true "
                         "with a trace, or no trace with false")
     log = StepLog() if step_log else None
-    sink = None if keep else _sink(scn)
+    sink = None if keep else _sink(scn, spill_near)
     host = host_stage(scn, model, base_dir, pools, log)
     parts = Parts(scn, model, link, pools, placement, shared, sharing, predictor, costs, memory, encoder_budget,
                   prepared.queue_ctx, prepared.sm_table, log, host)
@@ -215,11 +217,12 @@ def build(scn, base_dir: Path = Path("."), *, progress=None, step_log: bool = Fa
                     costs, cost_model_info, prepared.admission, host, sink)
 
 
-def _sink(scn):
-    """A bounded-memory run's request sink, writing into a fresh spill folder (lmmsim.metrics.stream)."""
+def _sink(scn, near: Path | None):
+    """A bounded-memory run's request sink, writing into a fresh spill folder (lmmsim.metrics.stream)
+    inside ``near`` (the system's temporary folder if None)."""
     from lmmsim.metrics.stream import ItlStream, RequestSink, SummarySketch, spill_folder
 
-    folder = spill_folder()
+    folder = spill_folder(near)
     exact = scn.sim.exact_summary
     sketch = None if exact else SummarySketch(scn.slo.ttft_by_modality(), scn.slo.tpot_bound_s)
     return RequestSink(folder / "requests.parquet", bool(getattr(scn.deployment, "prefix_caching", False)),

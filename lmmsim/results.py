@@ -14,6 +14,7 @@ copies it into ``DIR``. The spill folder goes with the run's sink (``built.sink`
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,10 +40,12 @@ class RunOutput:
     requests_path: Path | None = None  # sim.keep_requests false: the written requests.parquet
 
 
-def run_scenario(scn, base_dir: Path = Path("."), *, progress=None, requests=None, trace: bool = False) -> RunOutput:
+def run_scenario(scn, base_dir: Path = Path("."), *, progress=None, requests=None, trace: bool = False,
+                 spill_near: Path | None = None) -> RunOutput:
     """Simulate ``scn`` and compute its per-request frame and summary
-    (``trace``: also keep every step for a timeline, in ``built.step_log``)."""
-    built = build(scn, base_dir, progress=progress, requests=requests, step_log=trace)
+    (``trace``: also keep every step for a timeline, in ``built.step_log``; ``spill_near``:
+    where a ``sim.keep_requests: false`` run writes its requests as it goes, see :func:`spill_place`)."""
+    built = build(scn, base_dir, progress=progress, requests=requests, step_log=trace, spill_near=spill_near)
     try:
         result = built.simulation.run()
     except BaseException:
@@ -264,6 +267,25 @@ RUN_FILES = ("requests.parquet", "summary.json", "scenario.resolved.yaml", "requ
              "admission_profile.csv", "trace.json")
 
 
+def spill_place(out: Path) -> Path:
+    """Where a run bound for ``out`` spills (``sim.keep_requests: false``): beside ``out``, in
+    its nearest existing ancestor folder. Not the system's temporary folder: a 10M-request run
+    writes gigabytes there, often a RAM-backed tmpfs, and on the same file system as ``out``
+    the finished requests.parquet is linked into place instead of copied."""
+    place = Path(out).resolve().parent
+    while not place.is_dir():
+        place = place.parent
+    return place
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        target.unlink(missing_ok=True)
+        os.link(source, target)
+    except OSError:  # another file system, or none that links
+        shutil.copyfile(source, target)
+
+
 def prepare_output_dir(out: Path, force: bool) -> OutputDir:
     """Check ``out`` before simulating (``lmmsim.outputs``: without ``force`` it must be
     absent or empty; with it, no user file may sit where a run file goes)."""
@@ -283,7 +305,7 @@ def write_results(run: RunOutput, scn, out: Path, *, force: bool = False, csv: b
             write(tmp)
 
     if run.requests is None:  # written during the run (sim.keep_requests false)
-        put("requests.parquet", lambda p: shutil.copyfile(run.requests_path, p))
+        put("requests.parquet", lambda p: _link_or_copy(run.requests_path, p))
         if csv:
             put("requests.csv", lambda p: _parquet_to_csv(run.requests_path, p))
     else:

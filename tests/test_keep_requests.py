@@ -183,3 +183,33 @@ def test_spilled_percentiles_equal_the_in_memory_ones_under_heavy_ties(distinct)
         assert got[key] == want[key], key
     assert got["mean"] == pytest.approx(want["mean"], rel=1e-12)
     assert got["std"] == pytest.approx(want["std"], rel=1e-9)
+
+
+def test_a_bounded_run_spills_beside_its_output_and_links_the_table_into_it(tmp_path, monkeypatch):
+    """Not in the system's temporary folder (often a RAM-backed tmpfs): ``lmmsim run -o``
+    spills in the output's nearest existing ancestor, and the finished table is linked, not
+    copied, into the output; the spill folder is gone afterwards."""
+    from lmmsim.cli import main
+
+    elsewhere = tmp_path / "system-tmp"
+    elsewhere.mkdir()
+    monkeypatch.setenv("TMPDIR", str(elsewhere))
+    monkeypatch.setattr(stream.tempfile, "tempdir", None)  # read TMPDIR afresh
+    places, links = [], []
+    spill_folder = stream.spill_folder
+    monkeypatch.setattr(stream, "spill_folder", lambda near=None: places.append(near) or spill_folder(near))
+    import lmmsim.results as results
+
+    link = results.os.link
+    monkeypatch.setattr(results.os, "link", lambda a, b: links.append(a) or link(a, b))
+    out = tmp_path / "runs" / "one"
+    rc = main(["run", str(ROOT / "scenarios/quickstart.yaml"), "-o", str(out), "--quiet",
+               "--set", "workload.num_requests=40", "--set", "sim.keep_requests=false"])
+    assert rc == 0
+    assert places == [tmp_path.resolve()]  # runs/ does not exist yet: its parent
+    assert len(links) == 1 and links[0].parent.parent == tmp_path.resolve()
+    assert len(pd.read_parquet(out / "requests.parquet")) == 40
+    import gc
+
+    gc.collect()
+    assert not list(tmp_path.glob(".lmmsim-run-*")) and not list(elsewhere.iterdir())

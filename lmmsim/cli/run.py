@@ -20,7 +20,7 @@ def _default_out_dir(name: str) -> Path:
 
 
 def cmd_run(args) -> int:
-    from lmmsim.results import prepare_output_dir, run_scenario, write_results
+    from lmmsim.results import prepare_output_dir, run_scenario, spill_place, write_results
     from lmmsim.scenario import load_scenario
 
     scn, base_dir = load_scenario(args.scenario, args.overrides)
@@ -28,7 +28,7 @@ def cmd_run(args) -> int:
     prepare_output_dir(out, args.force)  # fail before simulating, not after
     progress = ProgressBar(enabled=not args.quiet)
     try:
-        run = run_scenario(scn, base_dir, progress=progress, trace=args.trace)
+        run = run_scenario(scn, base_dir, progress=progress, trace=args.trace, spill_near=spill_place(out))
     finally:
         progress.close()
     write_results(run, scn, out, force=args.force, csv=args.format == "csv")

@@ -61,7 +61,7 @@ def run_one(task: dict) -> dict:
     ``task``: ``scenario_yaml`` (resolved), ``base_dir``, ``run_dir``, ``run_id``,
     ``meta`` (swept values, repeat, seed: written into done.json / error.json).
     """
-    from lmmsim.results import run_scenario, write_results
+    from lmmsim.results import run_scenario, spill_place, write_results
     from lmmsim.scenario import validate_scenario
 
     run_dir = Path(task["run_dir"])
@@ -72,7 +72,7 @@ def run_one(task: dict) -> dict:
         if run_dir.exists():
             shutil.rmtree(run_dir)
         scn = validate_scenario(yaml.safe_load(task["scenario_yaml"]))
-        run = run_scenario(scn, Path(task["base_dir"]))
+        run = run_scenario(scn, Path(task["base_dir"]), spill_near=spill_place(run_dir))
         write_results(run, scn, run_dir, force=True)
         write_json_atomic(run_dir / DONE, {**task["meta"], "run_id": task["run_id"],
                                            "wall_s": time.perf_counter() - start})
