@@ -42,20 +42,9 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
     size, ctx0, act, finish_step = ahead.size, ahead.ctx0, ahead.act, ahead.finish_step
     free, busy = engine._stage_free, engine.stage_busy_s
     num_stages, llm_step_s, ends = engine.num_stages, ahead.llm_step_s, ahead.ends
-    cpp = engine.chunk_pipelining
+    cpp, eid, new_change = engine.chunk_pipelining, engine.env._eid, type(engine._changed)
     created = []  # events built here ([when, slot, step, None, start, stage_s] lists), in creation order
-    done_count = 0
-
-    def grant(s: int, t: float, need: int) -> list:
-        k = step[s] - step0[s]
-        ahead.kv_free -= need
-        n = size[s]
-        stage_s = llm_step_s((), n, ctx0[s] + n * k, n) / num_stages
-        ahead.last_grant = t
-        item = [t + (stage_s + 0.0), s, step[s], None, t, stage_s]
-        created.append(item)
-        return item
-
+    done_count, kv_free, last_grant = 0, ahead.kv_free, None
     while True:
         d = flight[0][0] if flight else math.inf
         if hold_end < d:  # the holder leaves stage 0; the first in line takes it
@@ -64,22 +53,21 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
                 break
             if waiting:
                 need = blocks_needed[waiting[0]](step[waiting[0]])
-                if need > ahead.kv_free:
+                if need > kv_free:
                     break
             start, stage_s, s_step = (hold[4], hold[5], hold[2]) if hold[3] is None else hold[:3]
             busy[0] += stage_s + 0.0
-            if cpp:
-                _notify(engine, t)  # stage 0's notify
+            change = engine._changed
+            if cpp and not change.triggered:  # stage 0's notify (nobody waits: drawn, not queued)
+                change.triggered, change.key = True, (t, LATE, next(eid))
             hold[3] = False  # its event has run
             item = [pass_stages(free, busy, t, act[holder], stage_s, num_stages), holder, s_step, None, start, stage_s]
             created.append(item)
             flight.append(item)
-            if waiting:
-                holder = waiting.popleft()
-                hold = grant(holder, t, need)
-                hold_end = hold[0]
-            else:
+            if not waiting:
                 holder, hold_end, hold = None, math.inf, None
+                continue
+            holder = waiting.popleft()
         elif d < hold_end:  # a batch leaves the last stage; its slot asks again
             t, s, s_step = flight[0][0], flight[0][1], flight[0][2]
             if t >= barrier or s_step == finish_step[s]:
@@ -87,24 +75,35 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
             step[s] += 1
             if holder is None:
                 need = blocks_needed[s](step[s])
-                if need > ahead.kv_free:
+                if need > kv_free:
                     step[s] -= 1
                     break
             flight.popleft()[3] = False
             ends[s].append(t)
             done_count += 1
-            _notify(engine, t)  # the completion notifies, then its slot's ask takes a fresh signal
-            engine._changed = engine._slot_changed[s] = type(engine._changed)()
-            if holder is None:
-                holder = s
-                hold = grant(s, t, need)
-                hold_end = hold[0]
-            else:
+            change = engine._changed
+            if not change.triggered:  # the completion notifies, then its slot's ask takes a fresh signal
+                change.triggered, change.key = True, (t, LATE, next(eid))
+            engine._changed = engine._slot_changed[s] = new_change()
+            if holder is not None:
                 waiting.append(s)
+                continue
+            holder = s
         else:
             break
+        # stage 0 granted to ``holder`` at ``t``: its batch is built from its cohort's counters
+        n, k = size[holder], step[holder] - step0[holder]
+        kv_free -= need
+        stage_s = llm_step_s((), n, ctx0[holder] + n * k, n) / num_stages
+        last_grant = t
+        hold = [t + (stage_s + 0.0), holder, step[holder], None, t, stage_s]
+        created.append(hold)
+        hold_end = hold[0]
     engine.num_steps += done_count
     engine._holder = holder
+    ahead.kv_free = kv_free
+    if last_grant is not None:
+        ahead.last_grant = last_grant
     _rebuild(ahead, queue, flight, hold, created)
     return done_count
 
@@ -147,12 +146,3 @@ def _rebuild(ahead, queue, flight, hold, created) -> None:
             heap.append((when, LATE, key_id, ahead.h_done, run))
     heapify(heap)
     queue.heap[:] = heap
-
-
-def _notify(engine, t: float) -> None:
-    """The engine's notify at ``t``: nobody waits on the signal here (every slot's cohort has
-    members, so no slot is idle), so its processing event is drawn, not queued."""
-    change = engine._changed
-    if not change.triggered:
-        change.triggered = True
-        change.key = (t, LATE, next(engine.env._eid))
