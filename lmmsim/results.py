@@ -6,9 +6,10 @@ An existing non-empty ``DIR`` is written into only with ``force``, and then only
 lmmsim's own files there are replaced (:mod:`lmmsim.outputs`).
 
 With ``sim.keep_requests: false`` the run writes requests.parquet as it goes, into a
-temporary spill folder (:mod:`lmmsim.metrics.stream`; rows in the order requests ended):
-:class:`RunOutput` then holds its path instead of the frame, and :func:`write_results`
-copies it into ``DIR``. The spill folder goes with the run's sink (``built.sink``).
+temporary spill folder (:mod:`lmmsim.metrics.stream`; rows in the order requests ended;
+beside the output folder, :func:`spill_place`): :class:`RunOutput` then holds its path
+instead of the frame, and :func:`write_results` links it into ``DIR`` (copies it across
+file systems). The spill folder goes with the run's sink (``built.sink``).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import os
 import shutil
 import time
 import traceback
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, as_completed, wait
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -131,22 +131,16 @@ def _local(tasks, jobs, on_done, on_start):
         on_start()
         return _collect(((t, lambda t=t: run_one(t)) for t in tasks), on_done)
     if _shared:  # reproduce's pool may have more workers than this caller asked for
-        pairs = bounded_completions(pool_for(), run_one, tasks, workers)
-        on_start()
-        return _collect(((tasks[i], f.result) for i, f in pairs), on_done)
+        return _bounded(pool_for(), tasks, workers, on_done, on_start)
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        return _submit(pool, tasks, on_done, on_start)
+        return _bounded(pool, tasks, workers, on_done, on_start)
 
 
-def _submit(pool, tasks, on_done, on_start):
-    futures = {pool.submit(run_one, t): t for t in tasks}
+def _bounded(pool, tasks, workers, on_done, on_start):
+    pairs = bounded_completions(pool, run_one, tasks, workers)
     on_start()
-    try:
-        return _collect(((futures[f], f.result) for f in as_completed(futures)), on_done)
-    except BaseException:
-        for f in futures:
-            f.cancel()
-        raise
+    with contextlib.closing(pairs):  # an interrupt cancels what is still queued
+        return _collect(((tasks[i], f.result) for i, f in pairs), on_done)
 
 
 def bounded_completions(pool, fn, items: list, limit: int):
