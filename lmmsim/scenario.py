@@ -128,7 +128,7 @@ class SimConfig(_Strict):
     # requests.parquet as it ends and its state dropped (lmmsim.metrics.stream)
     keep_requests: bool = True
     # with keep_requests false: the summary read back exactly from the written file (true), or
-    # from streaming sketches taken during the run (false: percentiles within 1%)
+    # from streaming sketches taken during the run (false: each percentile within 0.2%)
     exact_summary: bool = True
 
 

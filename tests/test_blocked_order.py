@@ -66,3 +66,17 @@ def test_first_equals_the_scan_under_admissions_preemptions_and_grants():
             rank = sched.consumption_rank
             expected = min(waiting, key=lambda e: (rank(e[2][0]), e[2][1]))
             assert order.first() is expected
+
+
+def test_a_running_owner_that_is_not_prefilling_is_an_error():
+    """The order finds running owners through the running prefills; one it meets in the heap
+    instead would be answered out of order, so it raises."""
+    import pytest
+
+    sched = _Scheduler()
+    order = BlockedOrder(sched)
+    seq = _seq(1, 0.0)
+    order.added((1.0, object(), (seq, 0)))
+    seq.status = "running"  # running, yet not in sched.prefilling
+    with pytest.raises(AssertionError, match="not prefilling"):
+        order.first()

@@ -11,9 +11,9 @@ them all each time made that search grow with the queue.
 With a queue whose order key of a waiting request never changes (FCFS: arrival time, id),
 :class:`BlockedOrder` keeps the waiting owners' reservations in a heap keyed by that order, and
 finds running owners' reservations through the engine's running prefills (a request that
-still waits for embeddings is not decoding). The first of the two is the scan's answer: a
-running owner's reservations always come first, a heap entry whose owner runs is set aside
-for the look-up. Other queues (priorities that age) keep the scan.
+still waits for embeddings is not decoding: a running owner found in the heap instead is an
+error, raised). The first of the two is the scan's answer: a running owner's reservations
+always come first. Other queues (priorities that age) keep the scan.
 """
 
 from __future__ import annotations
@@ -65,16 +65,15 @@ class BlockedOrder:
         if best is not None:
             return best[1]
         heap, alive = self._heap, self._age
-        parked = []
         while heap:
             top = heap[0]
             entry = top[3]
             if alive.get(id(entry)) != top[2]:
                 heappop(heap)  # granted meanwhile
-            elif entry[2][0].status == "running":
-                parked.append(heappop(heap))  # found through the running prefills instead
-            else:
-                break
-        for item in parked:
-            heappush(heap, item)
-        return heap[0][3] if heap else None
+                continue
+            owner = entry[2][0]
+            if owner.status == "running":  # the prefills above would have found it
+                raise AssertionError(f"request {owner.request.request_id} runs and holds a blocked "
+                                     "embedding reservation but is not prefilling")
+            return entry
+        return None

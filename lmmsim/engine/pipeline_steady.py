@@ -42,8 +42,13 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
     size, ctx0, act, finish_step = ahead.size, ahead.ctx0, ahead.act, ahead.finish_step
     free, busy = engine._stage_free, engine.stage_busy_s
     num_stages, llm_step_s, ends = engine.num_stages, ahead.llm_step_s, ahead.ends
-    cpp, eid, new_change = engine.chunk_pipelining, engine.env._eid, type(engine._changed)
+    cpp, eid = engine.chunk_pipelining, engine.env._eid
     created = []  # events built here ([when, slot, step, None, start, stage_s] lists), in creation order
+    # the change signals, kept as their keys (None until triggered) and made objects only at the
+    # end for those still held: index 0 is the engine's signal as it was, ``cur`` the engine's
+    # current one, ``held[slot]`` the one each slot took when it last asked here
+    first = engine._changed
+    signals, cur, held = [first.key if first.triggered else None], 0, {}
     done_count, kv_free, last_grant = 0, ahead.kv_free, None
     while True:
         d = flight[0][0] if flight else math.inf
@@ -57,9 +62,8 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
                     break
             start, stage_s, s_step = (hold[4], hold[5], hold[2]) if hold[3] is None else hold[:3]
             busy[0] += stage_s + 0.0
-            change = engine._changed
-            if cpp and not change.triggered:  # stage 0's notify (nobody waits: drawn, not queued)
-                change.triggered, change.key = True, (t, LATE, next(eid))
+            if cpp and signals[cur] is None:  # stage 0's notify (nobody waits: drawn, not queued)
+                signals[cur] = (t, LATE, next(eid))
             hold[3] = False  # its event has run
             item = [pass_stages(free, busy, t, act[holder], stage_s, num_stages), holder, s_step, None, start, stage_s]
             created.append(item)
@@ -81,10 +85,10 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
             flight.popleft()[3] = False
             ends[s].append(t)
             done_count += 1
-            change = engine._changed
-            if not change.triggered:  # the completion notifies, then its slot's ask takes a fresh signal
-                change.triggered, change.key = True, (t, LATE, next(eid))
-            engine._changed = engine._slot_changed[s] = new_change()
+            if signals[cur] is None:  # the completion notifies, then its slot's ask takes a fresh signal
+                signals[cur] = (t, LATE, next(eid))
+            cur = held[s] = len(signals)
+            signals.append(None)
             if holder is not None:
                 waiting.append(s)
                 continue
@@ -101,11 +105,28 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
         hold_end = hold[0]
     engine.num_steps += done_count
     engine._holder = holder
+    _signals_out(engine, signals, cur, held)
     ahead.kv_free = kv_free
     if last_grant is not None:
         ahead.last_grant = last_grant
     _rebuild(ahead, queue, flight, hold, created)
     return done_count
+
+
+def _signals_out(engine, signals: list, cur: int, held: dict) -> None:
+    """The change signals still held, as the engine's objects: the one it had, triggered if
+    it was here, and one new object per signal made here that the engine or a slot holds."""
+    first = engine._changed
+    if signals[0] is not None and not first.triggered:
+        first.triggered, first.key = True, signals[0]
+    made = {0: first}
+    for i in {cur, *held.values()} - {0}:
+        change = made[i] = type(first)()
+        if signals[i] is not None:
+            change.triggered, change.key = True, signals[i]
+    engine._changed = made[cur]
+    for s, i in held.items():
+        engine._slot_changed[s] = made[i]
 
 
 def _queued_state(ahead, queue):

@@ -64,8 +64,12 @@ def quiet_collector():
     try:
         yield
     finally:
-        gc.set_threshold(*old)
+        # what the loop made and kept (tens of thousands of records and token-time lists) joins
+        # the old generation directly: with the default threshold back, the next allocation would
+        # otherwise run a young collection over all of it (50-90 ms after a 3,000-request run)
+        gc.freeze()
         gc.unfreeze()
+        gc.set_threshold(*old)
 
 
 @dataclass
