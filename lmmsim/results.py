@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from lmmsim.build import build
+from lmmsim.costmodel.fitcache import save_predictions
 from lmmsim.engine.media_cache import combined_stats
 from lmmsim.outputs import OutputDir, atomic_path
 from lmmsim.metrics.itl import token_gaps
@@ -53,6 +54,7 @@ def run_scenario(scn, base_dir: Path = Path("."), *, progress=None, requests=Non
         if built.sink is not None:  # a stuck or interrupted run leaves no spill folder behind
             shutil.rmtree(built.sink.path.parent, ignore_errors=True)
         raise
+    save_predictions()  # with $LMMSIM_PREDICTION_CACHE: what this run evaluated, for the next process
     if built.sink is not None:
         return _bounded_output(scn, base_dir, built, result)
     gaps = token_gaps(result.seqs)

@@ -105,7 +105,7 @@ def test_files_the_scenario_names_elsewhere_and_library_versions_count(scenario_
         f.write_text("300\n900\n")
         assert _name(scenario_file, lengths) != before, where
     here = _name(scenario_file, lengths)
-    monkeypatch.setattr(prep_cache, "_versions", lambda: "3.11.7 numpy=another")
+    monkeypatch.setattr(prep_cache, "library_versions", lambda: "3.11.7 numpy=another")
     assert _name(scenario_file, lengths) != here
 
 

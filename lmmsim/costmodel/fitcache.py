@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lmmsim.costmodel import prediction_cache
 from lmmsim.costmodel.features import CLASSES, LINK_CLASSES
 from lmmsim.costmodel.fitstore import LoadedClass, LoadedFit, load_fit
 
@@ -48,15 +49,18 @@ def _files_key(folder: Path) -> tuple:
 
 
 def shared_fit(folder: Path, gpu, interconnect) -> SharedFit:
-    """The process's :class:`SharedFit` of ``folder`` on ``gpu`` / ``interconnect`` (loaded once per content)."""
+    """The process's :class:`SharedFit` of ``folder`` on ``gpu`` / ``interconnect`` (loaded once per
+    content; its memos start from the disk entry with ``$LMMSIM_PREDICTION_CACHE``)."""
     folder = Path(folder)
-    key = (str(folder.resolve()), _files_key(folder), gpu.model_dump_json(),
-           interconnect.model_dump_json() if interconnect is not None else None)
+    files = _files_key(folder)
+    gpu_json = gpu.model_dump_json()
+    link_json = interconnect.model_dump_json() if interconnect is not None else None
+    key = (str(folder.resolve()), files, gpu_json, link_json)
     hit = _FITS.get(key)
     if hit is None:
         if len(_FITS) >= MAX_FITS:
             _FITS.clear()
-        hit = _FITS[key] = SharedFit(folder, gpu, interconnect)
+        hit = _FITS[key] = SharedFit(folder, gpu, interconnect, prediction_cache.entry_path(files, gpu_json, link_json))
     return hit
 
 
@@ -65,10 +69,17 @@ def clear() -> None:
     _FITS.clear()
 
 
+def save_predictions() -> None:
+    """Write the memos that grew since read to their disk entries (``$LMMSIM_PREDICTION_CACHE``;
+    a run calls it as it ends, so sweep workers leave their evaluations behind too)."""
+    for fit in _FITS.values():
+        fit.save()
+
+
 class SharedFit:
     """A loaded fit plus memoised pure evaluations (``(seconds, flag)`` per call shape)."""
 
-    def __init__(self, folder: Path, gpu, interconnect):
+    def __init__(self, folder: Path, gpu, interconnect, disk_entry: Path | None = None):
         self.fit: LoadedFit = load_fit(folder, gpu, interconnect)
         if self.fit.gpu and self.fit.gpu != gpu.name:
             raise ValueError(f"{folder}: fitted for {self.fit.gpu!r}, not {gpu.name!r}")
@@ -78,6 +89,21 @@ class SharedFit:
                     del self.fit.classes[op_class]
         self._scalars: dict[tuple, object] = {}
         self._gemm_blocks: dict[tuple, tuple] = {}
+        self._disk_entry = disk_entry  # lmmsim.costmodel.prediction_cache: None without the variable
+        self._stored, self._gemm_blocks = prediction_cache.load(disk_entry)
+        self._saved_size = self._size()
+
+    def _size(self) -> int:
+        return len(self._gemm_blocks) + sum(map(len, self._stored.values())) + sum(
+            len(m.memo) for name, m in self._scalars.items() if name not in self._stored)
+
+    def save(self) -> None:
+        """Write the memos to the disk entry if they grew since read or written (no-op without one)."""
+        if self._disk_entry is None or self._size() == self._saved_size:
+            return
+        prediction_cache.save(self._disk_entry, {**self._stored, **{n: m.memo for n, m in self._scalars.items()}},
+                              self._gemm_blocks)
+        self._saved_size = self._size()
 
     # ------------------------------------------------------------ scalars
     def scalar(self, op_class: str, lc: LoadedClass, op: str | None = None):
@@ -86,7 +112,7 @@ class SharedFit:
         name = (op_class, op)
         fn = self._scalars.get(name)
         if fn is None:
-            fn = self._scalars[name] = _Memo(op_class, lc)
+            fn = self._scalars[name] = _Memo(op_class, lc, self._stored.get(name))
         return fn
 
     def gemm_block(self, lo: int, n: int, k: int, block: int) -> tuple:
@@ -113,9 +139,9 @@ class _Memo:
     """An evaluator memoised per argument tuple and types; :meth:`fill` evaluates many
     calls of a forest in one pass (the same floats as one at a time)."""
 
-    def __init__(self, op_class: str, lc: LoadedClass):
+    def __init__(self, op_class: str, lc: LoadedClass, memo: dict | None = None):
         self.ev = evaluator(op_class, lc)
-        self.memo: dict = {}
+        self.memo: dict = {} if memo is None else memo  # (from the disk entry: the same dict)
         self._rows = _row_fn(op_class, lc) if lc.kind == "forest" and not lc.derived_from else None
         self._forest = lc.model
 

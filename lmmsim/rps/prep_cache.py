@@ -15,7 +15,7 @@ time of every catalog file (models, GPUs, fits, host profiles: every root of
 :func:`lmmsim.catalog.search_path`), of every file in the scenario's folder
 (traces, local entries) and of every file the scenario names elsewhere (a
 subfolder, an absolute path), and the versions of Python and of the libraries
-that compute the model (:data:`LIBRARIES`). The cache's own entries never
+that compute the model (:data:`lmmsim.disk_cache.LIBRARIES`). The cache's own entries never
 count, so a cache folder inside the scenario's folder works. A changed input
 names another entry; delete the folder to reclaim it.
 
@@ -31,16 +31,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 from pathlib import Path
 
 import pandas as pd
 
+from lmmsim.disk_cache import code_hash, library_versions
+
 ENV = "LMMSIM_PREP_CACHE"
 FORMAT = "lmmsim-rps-admission/1"
-PACKAGE = Path(__file__).resolve().parent.parent
-
-_code_hash: str | None = None
 
 
 def cache_dir() -> Path | None:
@@ -54,32 +52,6 @@ def _stats(root: Path) -> list[str]:
         return []
     return sorted(f"{p.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}" for p in root.rglob("*")
                   if p.is_file() and "__pycache__" not in p.parts for st in (p.stat(),))
-
-
-def _code() -> str:
-    """SHA-256 of the package's Python sources (once per process: they do not change under a run)."""
-    global _code_hash
-    if _code_hash is None:
-        h = hashlib.sha256()
-        for path in sorted(PACKAGE.rglob("*.py")):
-            h.update(str(path.relative_to(PACKAGE)).encode() + b"\0" + path.read_bytes())
-        _code_hash = h.hexdigest()
-    return _code_hash
-
-
-LIBRARIES = ("numpy", "pandas", "scikit-learn", "scipy", "simpy", "pyarrow")  # they compute the model
-
-
-def _versions() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    def one(name: str) -> str:
-        try:
-            return version(name)
-        except PackageNotFoundError:
-            return "-"
-
-    return " ".join([sys.version.split()[0], *(f"{n}={one(n)}" for n in LIBRARIES)])
 
 
 def _referenced_files(key: str, base: Path) -> list[Path]:
@@ -104,7 +76,7 @@ def digest(key: str, base_dir: Path) -> str:
     from lmmsim import catalog
 
     h = hashlib.sha256()
-    h.update(FORMAT.encode() + b"\0" + key.encode() + b"\0" + _code().encode() + b"\0" + _versions().encode())
+    h.update(FORMAT.encode() + b"\0" + key.encode() + b"\0" + code_hash().encode() + b"\0" + library_versions().encode())
     for root in catalog.search_path():
         h.update(("\n".join([str(root), *_stats(Path(root))]) + "\0").encode())
     base = Path(base_dir)
