@@ -88,8 +88,9 @@ class SharedFit:
                 if op_class in self.fit.classes and self.fit.classes[op_class].derived_from:
                     del self.fit.classes[op_class]
         self._scalars: dict[tuple, object] = {}
-        self._gemm_blocks: dict[tuple, tuple] = {}
         self._disk_entry = disk_entry  # lmmsim.costmodel.prediction_cache: None without the variable
+        self._stored: dict[tuple, dict]  # memos read from the disk entry, by (class, op)
+        self._gemm_blocks: dict[tuple, tuple]
         self._stored, self._gemm_blocks = prediction_cache.load(disk_entry)
         self._saved_size = self._size()
 
@@ -101,8 +102,9 @@ class SharedFit:
         """Write the memos to the disk entry if they grew since read or written (no-op without one)."""
         if self._disk_entry is None or self._size() == self._saved_size:
             return
-        prediction_cache.save(self._disk_entry, {**self._stored, **{n: m.memo for n, m in self._scalars.items()}},
-                              self._gemm_blocks)
+        memos = {**self._stored, **{n: m.memo for n, m in self._scalars.items()}}
+        # copies (each made in one step): a dask worker's other threads may be filling them
+        prediction_cache.save(self._disk_entry, {n: dict(m) for n, m in memos.items()}, dict(self._gemm_blocks))
         self._saved_size = self._size()
 
     # ------------------------------------------------------------ scalars
