@@ -223,13 +223,20 @@ class FittedPredictor:
                 t = store(memo, key, fn(batch, 2.0 ** (i / steps), heads, kv_heads, head_dim))
             return t
 
-        def call(batch, context_sum, heads, kv_heads, head_dim):
-            x = math.log2(context_sum) * steps
-            i = math.floor(x)
-            lo = at(i, batch, heads, kv_heads, head_dim)
+        get, log2, floor = memo.get, math.log2, math.floor
+
+        def call(batch, context_sum, heads, kv_heads, head_dim):  # a decode step's hot path: hits inline
+            x = log2(context_sum) * steps
+            i = floor(x)
+            lo = get((i, batch, heads, kv_heads, head_dim))
+            if lo is None:
+                lo = at(i, batch, heads, kv_heads, head_dim)
             if x == i:
                 return lo
-            return lo + (at(i + 1, batch, heads, kv_heads, head_dim) - lo) * (x - i)
+            hi = get((i + 1, batch, heads, kv_heads, head_dim))
+            if hi is None:
+                hi = at(i + 1, batch, heads, kv_heads, head_dim)
+            return lo + (hi - lo) * (x - i)
 
         return call
 
