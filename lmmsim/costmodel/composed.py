@@ -246,8 +246,9 @@ class ComposedStepCostModel:
             if t is None:
                 t = self._lm_head(num_sampled)
             total += t
-        if self._ov_active:
-            total += self._engine_step_s(tokens, num_sampled)
+        if self._ov_active:  # the memo's hit inline (every step asks)
+            t = self._engine_memo.get(tokens if num_sampled > 0 else -tokens)
+            total += self._engine_step_s(tokens, num_sampled) if t is None else t
         return total
 
     def _engine_step_s(self, tokens: int, num_sampled: int) -> float:
