@@ -54,13 +54,15 @@ def run_scenario(scn, base_dir: Path = Path("."), *, progress=None, requests=Non
         if built.sink is not None:  # a stuck or interrupted run leaves no spill folder behind
             shutil.rmtree(built.sink.path.parent, ignore_errors=True)
         raise
-    save_predictions()  # with $LMMSIM_PREDICTION_CACHE: what this run evaluated, for the next process
     if built.sink is not None:
-        return _bounded_output(scn, base_dir, built, result)
-    gaps = token_gaps(result.seqs)
-    df = requests_frame(result.seqs, gaps)
-    summary = summarize(df, itl=gaps, **_summary_inputs(scn, built, result))
-    return RunOutput(df, _complete_summary(summary, scn, base_dir, built, result), built)
+        out = _bounded_output(scn, base_dir, built, result)
+    else:
+        gaps = token_gaps(result.seqs)
+        df = requests_frame(result.seqs, gaps)
+        summary = summarize(df, itl=gaps, **_summary_inputs(scn, built, result))
+        out = RunOutput(df, _complete_summary(summary, scn, base_dir, built, result), built)
+    save_predictions()  # with $LMMSIM_PREDICTION_CACHE: what this run evaluated (its summary's too)
+    return out
 
 
 def _bounded_output(scn, base_dir: Path, built, result) -> RunOutput:

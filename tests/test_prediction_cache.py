@@ -81,12 +81,13 @@ def test_an_entry_is_named_by_the_fit_files_and_the_devices(tmp_path, monkeypatc
 def test_only_exactly_restorable_entries_are_written(tmp_path):
     path = tmp_path / "entry.marshal"
     memo = {((4, 2.0), (int, float)): (1.5e-5, 1),
-            ((np.int64(4),), (np.int64,)): (1.0, 1),  # a numpy argument
-            ((5,), (int,)): (np.float64(2.0), 1)}  # a numpy value
+            ((np.int64(4),), (np.int64,)): (1.0, 1),  # a numpy argument: left out
+            ((5,), (int,)): (np.float64(2.0), 1)}  # numpy seconds: kept as such
     blocks = {(1, 64, 128, 128, int, int): ([1e-6] * 128, 1.28e-4, 0.0, 0)}
     prediction_cache.save(path, {("gemm", None): memo}, blocks)
     scalars, loaded_blocks = prediction_cache.load(path)
-    assert scalars == {("gemm", None): {((4, 2.0), (int, float)): (1.5e-5, 1)}}
+    assert scalars == {("gemm", None): {((4, 2.0), (int, float)): (1.5e-5, 1), ((5,), (int,)): (2.0, 1)}}
+    assert [type(v[0]) for v in scalars[("gemm", None)].values()] == [float, np.float64]
     assert loaded_blocks == blocks
 
 

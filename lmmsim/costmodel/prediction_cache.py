@@ -18,8 +18,9 @@ An entry is named by the SHA-256 of the fit folder's files (name, size,
 modification time of ``model.json`` and every forest file), the GPU and the
 interconnect as validated, the package's sources (:mod:`lmmsim.disk_cache`) and
 the versions of Python and numpy (an evaluation is numpy and Python floats). It
-is one ``marshal`` file -- tuples, numbers and strings, no pickle; an argument
-or value of another type (a numpy scalar) is not written. An entry that cannot
+is one ``marshal`` file -- tuples, numbers and strings, no pickle; seconds that
+were a numpy float come back as one, and an argument of another type than a
+Python number, string or None (a numpy scalar) is not written. An entry that cannot
 be read is ignored and rewritten.
 """
 
@@ -36,9 +37,10 @@ import numpy as np
 from lmmsim.disk_cache import code_hash, write_atomically
 
 ENV = "LMMSIM_PREDICTION_CACHE"
-FORMAT = "lmmsim-predictions/1"
+FORMAT = "lmmsim-predictions/2"
 _TYPES = {int: "i", float: "f", bool: "b", str: "s", type(None): "n"}
 _BY_CODE = {code: t for t, code in _TYPES.items()}
+_SECONDS = {float: "f", np.float64: "F"}  # a value's seconds, restored as the type they had
 
 
 def cache_dir() -> Path | None:
@@ -81,8 +83,11 @@ def load(path: Path | None) -> tuple[dict, dict]:
         scalars = {}
         for name, groups in doc["scalars"].items():
             memo = scalars[name] = {}
-            for codes, (args, values) in groups.items():  # one type signature at a time
+            for signature, (args, values) in groups.items():  # one type signature at a time
+                codes, seconds_type = signature.split("|")
                 types = tuple(_BY_CODE[c] for c in codes)
+                if seconds_type == "F":  # a numpy float when evaluated (a fitted roofline's): kept one
+                    values = [(np.float64(t), flag) for t, flag in values]
                 memo.update(zip([(a, types) for a in args], values))
         blocks = {(lo, n, k, block, _BY_CODE[tn], _BY_CODE[tk]): hit
                   for (lo, n, k, block, tn, tk), hit in doc["gemm"]}
@@ -96,15 +101,17 @@ def save(path: Path, scalars: dict, blocks: dict) -> None:
     blocks) to ``path``, leaving out what ``marshal`` could not restore exactly."""
     rows = {}
     for name, memo in scalars.items():
-        groups = rows[name] = {}  # type signature -> (argument tuples, values)
+        groups = rows[name] = {}  # "argument codes|seconds' type" -> (argument tuples, values)
         for (args, types), value in memo.items():
             codes = _codes(types)
-            if codes is not None and type(value[0]) is float and type(value[1]) is int:
-                group = groups.get(codes)
-                if group is None:
-                    group = groups[codes] = ([], [])
-                group[0].append(args)
-                group[1].append(value)
+            seconds_type = _SECONDS.get(type(value[0]))
+            if codes is None or seconds_type is None or type(value[1]) is not int:
+                continue
+            group = groups.get(f"{codes}|{seconds_type}")
+            if group is None:
+                group = groups[f"{codes}|{seconds_type}"] = ([], [])
+            group[0].append(args)
+            group[1].append(value if seconds_type == "f" else (float(value[0]), value[1]))
     gemm = []
     for (lo, n, k, block, tn, tk), hit in blocks.items():
         codes = _codes((tn, tk))

@@ -255,13 +255,14 @@ class Replica:
         busies: list = []
         # the hot loop of a run: methods bound once (the scheduler's single-slot views, inlined)
         cohort = sched.cohorts[0]
-        blocks_needed, context_sum, step_s = cohort.blocks_needed, cohort.context_sum, cost.llm_step_s
+        blocks_needed, step_s = cohort.blocks_needed, cost.llm_step_s
         add_end, add_busy = ends.append, busies.append
+        context = cohort.context_sum(first)  # grows by the (fixed) members each step: integers, exact
         while steps < max_steps:
             need = blocks_needed(first + steps)
             if need > free:
                 break
-            dt = step_s((), num_decodes, context_sum(first + steps), num_decodes)
+            dt = step_s((), num_decodes, context + num_decodes * steps, num_decodes)
             if t + dt >= barrier:
                 break
             free -= need
