@@ -255,9 +255,7 @@ class ComposedStepCostModel:
         """The engine terms of a step (memoised by token count, negative when nothing is sampled)."""
         key = tokens if num_sampled > 0 else -tokens
         t = self._engine_memo.get(key)
-        if t is None:
-            t = self._store(self._engine_memo, key, sum(self._engine_terms(self.predictor, key).values()))
-        return t
+        return self._store(self._engine_memo, key, sum(self._engine_terms(self.predictor, key).values())) if t is None else t
 
     def llm_step_parts(
         self,
