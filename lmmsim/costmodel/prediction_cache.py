@@ -21,7 +21,9 @@ the versions of Python and numpy (an evaluation is numpy and Python floats). It
 is one ``marshal`` file -- tuples, numbers and strings, no pickle; seconds that
 were a numpy float come back as one, and an argument of another type than a
 Python number, string or None (a numpy scalar) is not written. An entry that cannot
-be read is ignored and rewritten.
+be read is ignored and rewritten. A changed input names another entry and the
+old one stays: delete the folder to reclaim it (an entry is about 1 MB per
+20,000 call shapes).
 """
 
 from __future__ import annotations
