@@ -89,22 +89,20 @@ class SharedFit:
                     del self.fit.classes[op_class]
         self._scalars: dict[tuple, object] = {}
         self._disk_entry = disk_entry  # lmmsim.costmodel.prediction_cache: None without the variable
-        self._stored: dict[tuple, dict]  # memos read from the disk entry, by (class, op)
+        self._memos: dict[tuple, dict]  # every scalar memo by (class, op), each _Memo's own dict
         self._gemm_blocks: dict[tuple, tuple]
-        self._stored, self._gemm_blocks = prediction_cache.load(disk_entry)
+        self._memos, self._gemm_blocks = prediction_cache.load(disk_entry)  # empty without an entry
         self._saved_size = self._size()
 
     def _size(self) -> int:
-        return len(self._gemm_blocks) + sum(map(len, self._stored.values())) + sum(
-            len(m.memo) for name, m in self._scalars.items() if name not in self._stored)
+        return len(self._gemm_blocks) + sum(map(len, self._memos.values()))
 
     def save(self) -> None:
         """Write the memos to the disk entry if they grew since read or written (no-op without one)."""
         if self._disk_entry is None or self._size() == self._saved_size:
             return
-        memos = {**self._stored, **{n: m.memo for n, m in self._scalars.items()}}
         # copies (each made in one step): a dask worker's other threads may be filling them
-        prediction_cache.save(self._disk_entry, {n: dict(m) for n, m in memos.items()}, dict(self._gemm_blocks))
+        prediction_cache.save(self._disk_entry, {n: dict(m) for n, m in self._memos.items()}, dict(self._gemm_blocks))
         self._saved_size = self._size()
 
     # ------------------------------------------------------------ scalars
@@ -114,7 +112,7 @@ class SharedFit:
         name = (op_class, op)
         fn = self._scalars.get(name)
         if fn is None:
-            fn = self._scalars[name] = _Memo(op_class, lc, self._stored.get(name))
+            fn = self._scalars[name] = _Memo(op_class, lc, self._memos.setdefault(name, {}))
         return fn
 
     def gemm_block(self, lo: int, n: int, k: int, block: int) -> tuple:
@@ -143,7 +141,7 @@ class _Memo:
 
     def __init__(self, op_class: str, lc: LoadedClass, memo: dict | None = None):
         self.ev = evaluator(op_class, lc)
-        self.memo: dict = {} if memo is None else memo  # (from the disk entry: the same dict)
+        self.memo: dict = {} if memo is None else memo  # SharedFit's (filled from the disk entry)
         self._rows = _row_fn(op_class, lc) if lc.kind == "forest" and not lc.derived_from else None
         self._forest = lc.model
 

@@ -117,7 +117,7 @@ def save(path: Path, scalars: dict, blocks: dict) -> None:
     gemm = []
     for (lo, n, k, block, tn, tk), hit in blocks.items():
         codes = _codes((tn, tk))
-        if codes is not None and type(lo) is int and type(block) is int and type(n) is tn and type(k) is tk:
+        if codes is not None and type(lo) is int and type(block) is int:
             gemm.append(((lo, n, k, block, codes[0], codes[1]), hit))
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, marshal.dumps({"format": FORMAT, "scalars": rows, "gemm": gemm}))
