@@ -45,14 +45,17 @@ def test_pipeline_fast_forward_equals_stepping(case):
 
 
 def test_pipeline_fast_forward_is_checked(monkeypatch):
-    """A run ahead that forgot to advance a slot's cohort step is caught by the comparison."""
-    original = pipeline_ff.Ahead.done
+    """A run ahead that forgot one of a slot's steps is caught by the comparison."""
+    original = pipeline_ff.Ahead.commit
 
-    def forgetful(self, run):
-        original(self, run)
-        self.step[run.slot] -= 1  # as if the step had not run
+    def forgetful(self):
+        for ends in self.ends:
+            if ends:
+                ends.pop()  # as if its last step had not run
+                break
+        original(self)
 
-    monkeypatch.setattr(pipeline_ff.Ahead, "done", forgetful)
+    monkeypatch.setattr(pipeline_ff.Ahead, "commit", forgetful)
     stepped = _run("vllm-pp", [], False)
     try:
         ahead = _run("vllm-pp", [], True)

@@ -110,7 +110,7 @@ class Ahead:
         self.ctx0 = [c.context_sum(c.step_no) for c in cohorts]
         self.blocks_needed = [c.blocks_needed for c in cohorts]
         self.runs = [Step(s, 0, n, 0, 0.0, 0.0) for s, n in enumerate(self.size)]  # one batch per slot at a time
-        self.all_decode = all(self.size)  # no empty slot: lmmsim.engine.pipeline_steady may take over
+        self.any_decode = any(self.size)  # a slot decodes: lmmsim.engine.pipeline_steady may take over
         # handlers as attributes, so a queued event's function can be told by identity
         self.h_granted, self.h_left0, self.h_done = self.granted, self.left_stage0, self.done
 
@@ -251,7 +251,7 @@ def _loop(engine, queue: AheadQueue, ahead: Ahead, barrier: float) -> None:
     heap = queue.heap
     done, granted = ahead.h_done, ahead.h_granted
     finish_step = ahead.finish_step
-    steady_ok = ahead.all_decode
+    steady_ok = ahead.any_decode
     while heap:
         if steady_ok and steady(engine, ahead):
             run_steady(engine, ahead, queue, barrier)
@@ -268,4 +268,4 @@ def _loop(engine, queue: AheadQueue, ahead: Ahead, barrier: float) -> None:
             return
         queue.now = when
         fn(value)
-        steady_ok = ahead.all_decode
+        steady_ok = ahead.any_decode

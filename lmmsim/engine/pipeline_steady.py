@@ -1,9 +1,8 @@
-"""A pipeline whose every slot decodes, computed without events.
+"""A pipeline whose slots decode or sit empty, computed without events.
 
-Inside a run ahead (:mod:`lmmsim.engine.pipeline_ff`), once every slot's cohort
-has members and no grant or change event is queued, nothing zero-time is left to
-order: no slot waits on the change signal (a slot only waits after an empty
-batch) and every grant is immediate. Then the engine's events are only batches
+Inside a run ahead (:mod:`lmmsim.engine.pipeline_ff`), once no grant or change
+event is queued and the slots without members move as one block (below),
+nothing zero-time is left to order: the engine's timed events are only batches
 leaving stage 0 and batches leaving the last stage, and the engine state is the
 holder of stage 0, the FIFO of slots waiting for it and the FIFO of batches past
 it (they leave the last stage in the order they left stage 0: each enters a
@@ -14,6 +13,18 @@ completion finishes a request, the next grant's KV blocks do not fit, or two
 events tie (the handlers order them by event id). It then puts the pending
 events back in the private queue, their event ids drawn in the order the
 handlers would have drawn them.
+
+Empty slots. A slot whose cohort has no members gets an empty batch at each
+grant: it frees stage 0 at once and waits on the change signal, which wakes it
+at the next notify to ask again. Members never join or leave while running
+ahead, so those slots stay empty and all of them do the same thing at the same
+instants: they are granted, ask and wait one after the other, keeping their
+order, all holding the same signal, either all in that signal's waiters or
+side by side in stage 0's line. :class:`_Block` moves them as one, which costs
+nothing in time (their batches take none) and leaves every decoding slot's
+grant where the handlers put it; what it tracks is where the block is and which
+signal it holds, so that what follows the stretch -- an arrival waking the
+first of them -- sees the state the handlers would have left.
 """
 
 from __future__ import annotations
@@ -23,12 +34,135 @@ from collections import deque
 from heapq import heapify
 
 from lmmsim.engine.clock import LATE
-from lmmsim.engine.pipeline_batch import pass_stages
+
+BLOCK = -1  # the empty slots' place in stage 0's line
 
 
 def steady(engine, ahead) -> bool:
-    """May :func:`run_steady` take over now (every slot decoding, nothing zero-time queued)?"""
-    return ahead.all_decode and not engine._zero_pending
+    """May :func:`run_steady` take over now (a slot decoding, nothing zero-time queued)?"""
+    return ahead.any_decode and not engine._zero_pending
+
+
+class _Signals:
+    """The change signals while the loop runs, kept as their keys (None until triggered):
+    index 0 is the engine's signal as it was (1: an older one the empty slots hold), ``cur``
+    the engine's current one, ``held[slot]`` the one each decoding slot took when it last
+    asked here, ``fired`` those processed (the empty slots waited on them)."""
+
+    __slots__ = ("keys", "cur", "held", "fired", "objects")
+
+    def __init__(self, engine):
+        first = engine._changed
+        self.keys = [first.key if first.triggered else None]
+        self.objects = {0: first}
+        self.cur, self.held, self.fired = 0, {}, set()
+
+    def fresh(self) -> int:
+        """A slot asks: it takes the engine's signal, a new one if that has been triggered."""
+        if self.keys[self.cur] is not None:
+            self.cur = len(self.keys)
+            self.keys.append(None)
+        return self.cur
+
+    def write_back(self, engine, block) -> None:
+        """The signals still held, as the engine's objects: the ones it had, triggered or
+        processed if they were here, and one new object per signal made here that is held."""
+        made = self.objects
+        for i in {self.cur, *self.held.values(), *((block.sig,) if block else ())} - made.keys():
+            made[i] = type(engine._changed)()
+        for i, change in made.items():
+            if self.keys[i] is not None and not change.triggered:
+                change.triggered, change.key = True, self.keys[i]
+            if i in self.fired:
+                change.queued, change.waiters = True, None
+        engine._changed = made[self.cur]
+        for s, i in self.held.items():
+            engine._slot_changed[s] = made[i]
+        if block is not None:
+            block.write_back(engine, made[block.sig])
+
+
+class _Block:
+    """The empty slots, in their order: in the waiters of signal ``sig`` (``waits``) or at
+    :data:`BLOCK`'s place in stage 0's line, holding ``sig``."""
+
+    __slots__ = ("slots", "sig", "waits")
+
+    def __init__(self, slots: tuple, sig: int, waits: bool):
+        self.slots, self.sig, self.waits = slots, sig, waits
+
+    @classmethod
+    def read(cls, engine, signals: _Signals, empty: list, line: deque):
+        """The empty slots as one block, with ``line`` (stage 0's) holding :data:`BLOCK` in
+        their place; None if there is none, False if they are not one block."""
+        if not empty:
+            return None
+        change = engine._changed
+        if change.waiters and len(change.waiters) == len(empty) and set(change.waiters) == set(empty):
+            return cls(tuple(change.waiters), 0, True) if not change.triggered and not set(line) & set(empty) else False
+        held = {id(engine._slot_changed[s]) for s in empty}
+        at = [i for i, s in enumerate(line) if s in empty]
+        if change.waiters or len(at) != len(empty) or at[-1] - at[0] != len(at) - 1 or len(held) != 1:
+            return False
+        x = engine._slot_changed[empty[0]]
+        slots = tuple(line[i] for i in at)
+        for _ in at:
+            del line[at[0]]
+        line.insert(at[0], BLOCK)
+        if x is change:
+            return cls(slots, 0, False)
+        if not x.triggered or x.waiters is None:
+            return False
+        signals.keys.append(x.key)
+        signals.objects[1] = x
+        return cls(slots, 1, False)
+
+    def asked(self, signals: _Signals, line: deque, holder) -> bool:
+        """The signal the block waits on fired: its slots ask; with stage 0 free they are
+        granted, freeing it at once, and wait on the (untriggered) signal they took. True if
+        they were granted."""
+        signals.fired.add(self.sig)
+        self.sig = signals.fresh()
+        if holder is not None:
+            line.append(BLOCK)
+            self.waits = False
+            return False
+        self.waits = True
+        return True
+
+    def granted(self, signals: _Signals, line: deque, t: float):
+        """The block took stage 0 at ``t``, first in line: each slot frees it and waits on its
+        signal -- or asks again at once if that was triggered before ``t``. Returns the
+        decoding slot granted after it, or None."""
+        key = signals.keys[self.sig]
+        if key is None:  # untriggered: they wait on it
+            self.waits = True
+            return line.popleft() if line else None
+        if key[0] < t:  # processed: they ask again, behind whoever is in line
+            self.sig = signals.fresh()
+            if line:
+                nxt = line.popleft()
+                line.append(BLOCK)
+                self.waits = False
+                return nxt
+            self.waits = True  # alone: granted again, they wait on the new signal
+            return None
+        nxt = line.popleft() if line else None  # triggered now: its fire runs after that grant
+        self.waits = True
+        self.asked(signals, line, nxt)
+        return nxt
+
+    def write_back(self, engine, change) -> None:
+        for s in self.slots:
+            engine._slot_changed[s] = change
+        if self.waits:
+            change.waiters = list(self.slots)
+            return
+        line = engine._waiting0
+        at = line.index(BLOCK)
+        line.remove(BLOCK)
+        for s in reversed(self.slots):
+            line.insert(at, s)
 
 
 def run_steady(engine, ahead, queue, barrier: float) -> int:
@@ -36,63 +170,96 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
     state = _queued_state(ahead, queue)
     if state is None:
         return 0
-    holder, (hold_end, hold, flight) = engine._holder, state
-    waiting = engine._waiting0
+    signals = _Signals(engine)
+    line = deque(engine._waiting0)
+    block = _Block.read(engine, signals, [s for s, n in enumerate(ahead.size) if not n], line)
+    if block is False:
+        return 0
+    created = []  # events built here ([when, slot, step, None, start, stage_s] lists), in creation order
+    hold, flight = state[1], state[2]
+    holder, hold, done_count, kv_free, last_grant = _advance(engine, ahead, barrier, signals, block, line, state,
+                                                             created)
+    engine.num_steps += done_count
+    engine._holder = holder
+    engine._waiting0.clear()
+    engine._waiting0.extend(line)
+    signals.write_back(engine, block)
+    ahead.kv_free = kv_free
+    if last_grant is not None:
+        ahead.last_grant = last_grant
+    _rebuild(ahead, queue, flight, hold, created)
+    return done_count
+
+
+def _advance(engine, ahead, barrier, signals, block, line, state, created):
+    """The loop: each turn one batch leaves stage 0 or the last stage, and stage 0's next
+    holder builds its batch. Returns (holder, its batch, batches done, KV blocks free, last grant)."""
+    holder, (hold_end, hold, flight), keys, held = engine._holder, state, signals.keys, signals.held
     step, blocks_needed, step0 = ahead.step, ahead.blocks_needed, ahead.step0
     size, ctx0, act, finish_step = ahead.size, ahead.ctx0, ahead.act, ahead.finish_step
-    free, busy = engine._stage_free, engine.stage_busy_s
+    free, busy, stages = engine._stage_free, engine.stage_busy_s, range(1, engine.num_stages)
     num_stages, llm_step_s, ends = engine.num_stages, ahead.llm_step_s, ahead.ends
     cpp, eid = engine.chunk_pipelining, engine.env._eid
-    created = []  # events built here ([when, slot, step, None, start, stage_s] lists), in creation order
-    # the change signals, kept as their keys (None until triggered) and made objects only at the
-    # end for those still held: index 0 is the engine's signal as it was, ``cur`` the engine's
-    # current one, ``held[slot]`` the one each slot took when it last asked here
-    first = engine._changed
-    signals, cur, held = [first.key if first.triggered else None], 0, {}
     done_count, kv_free, last_grant = 0, ahead.kv_free, None
     while True:
         d = flight[0][0] if flight else math.inf
-        if hold_end < d:  # the holder leaves stage 0; the first in line takes it
+        if hold_end < d:  # the holder leaves stage 0; the first decoding slot in line takes it
             t = hold_end
             if t >= barrier:
                 break
-            if waiting:
-                need = blocks_needed[waiting[0]](step[waiting[0]])
-                if need > kv_free:
-                    break
+            nxt = (line[0] if line[0] != BLOCK else line[1] if len(line) > 1 else None) if line else None
+            if nxt is not None and (need := blocks_needed[nxt](step[nxt])) > kv_free:
+                break
             start, stage_s, s_step = (hold[4], hold[5], hold[2]) if hold[3] is None else hold[:3]
             busy[0] += stage_s + 0.0
-            if cpp and signals[cur] is None:  # stage 0's notify (nobody waits: drawn, not queued)
-                signals[cur] = (t, LATE, next(eid))
+            fire = cpp and keys[signals.cur] is None
+            if fire:  # stage 0's notify (drawn; queued if the block waits)
+                keys[signals.cur] = (t, LATE, next(eid))
+                fire = block is not None and block.waits and block.sig == signals.cur
             hold[3] = False  # its event has run
-            item = [pass_stages(free, busy, t, act[holder], stage_s, num_stages), holder, s_step, None, start, stage_s]
+            u, a = t, act[holder]  # stages 1 and on, as pass_stages (lmmsim.engine.pipeline_batch) runs them
+            for s in stages:
+                u += a
+                f = free[s]
+                u = (f if f > u else u) + stage_s
+                free[s] = u
+                busy[s] += stage_s
+            item = [u, holder, s_step, None, start, stage_s]
             created.append(item)
             flight.append(item)
-            if not waiting:
-                holder, hold_end, hold = None, math.inf, None
+            holder = line.popleft() if line else None
+            if holder == BLOCK:
+                holder, last_grant = block.granted(signals, line, t), t
+            if fire and block.asked(signals, line, holder):
+                last_grant = t
+            if holder is None:
+                hold_end, hold = math.inf, None
                 continue
-            holder = waiting.popleft()
         elif d < hold_end:  # a batch leaves the last stage; its slot asks again
             t, s, s_step = flight[0][0], flight[0][1], flight[0][2]
             if t >= barrier or s_step == finish_step[s]:
                 break
             step[s] += 1
-            if holder is None:
-                need = blocks_needed[s](step[s])
-                if need > kv_free:
-                    step[s] -= 1
-                    break
+            if holder is None and (need := blocks_needed[s](step[s])) > kv_free:
+                step[s] -= 1
+                break
             flight.popleft()[3] = False
             ends[s].append(t)
             done_count += 1
-            if signals[cur] is None:  # the completion notifies, then its slot's ask takes a fresh signal
-                signals[cur] = (t, LATE, next(eid))
-            cur = held[s] = len(signals)
-            signals.append(None)
-            if holder is not None:
-                waiting.append(s)
+            fire = keys[signals.cur] is None
+            if fire:  # the completion notifies, then its slot's ask takes a fresh signal
+                keys[signals.cur] = (t, LATE, next(eid))
+                fire = block is not None and block.waits and block.sig == signals.cur
+            held[s] = signals.fresh()
+            granted = holder is None
+            if granted:
+                holder = s
+            else:
+                line.append(s)
+            if fire:
+                block.asked(signals, line, holder)
+            if not granted:
                 continue
-            holder = s
         else:
             break
         # stage 0 granted to ``holder`` at ``t``: its batch is built from its cohort's counters
@@ -103,30 +270,7 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
         hold = [t + (stage_s + 0.0), holder, step[holder], None, t, stage_s]
         created.append(hold)
         hold_end = hold[0]
-    engine.num_steps += done_count
-    engine._holder = holder
-    _signals_out(engine, signals, cur, held)
-    ahead.kv_free = kv_free
-    if last_grant is not None:
-        ahead.last_grant = last_grant
-    _rebuild(ahead, queue, flight, hold, created)
-    return done_count
-
-
-def _signals_out(engine, signals: list, cur: int, held: dict) -> None:
-    """The change signals still held, as the engine's objects: the one it had, triggered if
-    it was here, and one new object per signal made here that the engine or a slot holds."""
-    first = engine._changed
-    if signals[0] is not None and not first.triggered:
-        first.triggered, first.key = True, signals[0]
-    made = {0: first}
-    for i in {cur, *held.values()} - {0}:
-        change = made[i] = type(first)()
-        if signals[i] is not None:
-            change.triggered, change.key = True, signals[i]
-    engine._changed = made[cur]
-    for s, i in held.items():
-        engine._slot_changed[s] = made[i]
+    return holder, hold, done_count, kv_free, last_grant
 
 
 def _queued_state(ahead, queue):
