@@ -19,6 +19,8 @@ CASES = {
     "gllm-small-kv": ("gllm", ["deployment.gpu_memory_utilization=0.55"]),
     # PP2 with four slots' worth of load: empty slots cycle through stage 0
     "gllm-pp2-light": ("gllm", ["deployment.pp=2", "hardware.count=2", "workload.arrival.rate=0.5"]),
+    # vanilla PP at a light load: empty slots in stage 0's line with no notify as batches leave it
+    "vllm-pp-vanilla-light": ("vllm-pp", ["deployment.chunk_pipelining=false", "workload.arrival.rate=0.5"]),
     # encoders apart, LLM pipeline (e_pd): embeddings may still be coming while it decodes
     "gllm-epd": ("gllm-epd", []),
     # a horizon that cuts the run while batches are in flight
@@ -125,3 +127,31 @@ def test_run_ahead_leaves_no_cyclic_garbage():
     finally:
         gc.enable()
     assert not left
+
+
+def test_steady_loop_moves_empty_slots_as_one_block(monkeypatch):
+    """With slots that have no members, the steady loop still takes the steps (the empty slots
+    cycle through stage 0 as one block), in every place the block can be: waiting on the change
+    signal and in stage 0's line. Results are stepping's (the case above)."""
+    import lmmsim.engine.pipeline_steady as steady
+
+    taken, places = [], set()
+    run, read = steady.run_steady, steady._Block.read.__func__
+
+    def spy(engine, ahead, queue, barrier):
+        done = run(engine, ahead, queue, barrier)
+        taken.append((not all(ahead.size), done))
+        return done
+
+    def read_spy(cls, *args):
+        block = read(cls, *args)
+        if block:
+            places.add(block.waits)
+        return block
+
+    monkeypatch.setattr(pipeline_ff, "run_steady", spy)
+    monkeypatch.setattr(steady._Block, "read", classmethod(read_spy))
+    for case in ("gllm-pp2-light", "vllm-pp-vanilla-light"):
+        _run(*CASES[case], True)
+    assert sum(done for empty, done in taken if empty) > 1000, "the steady loop declined the empty slots"
+    assert places == {True, False}
