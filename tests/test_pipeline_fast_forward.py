@@ -155,3 +155,20 @@ def test_steady_loop_moves_empty_slots_as_one_block(monkeypatch):
         _run(*CASES[case], True)
     assert sum(done for empty, done in taken if empty) > 1000, "the steady loop declined the empty slots"
     assert places == {True, False}
+
+
+def test_prefill_steps_run_in_the_private_queue(monkeypatch):
+    """While requests are mid-prefill a monolithic pipeline steps its own handlers in the private
+    queue (pipeline_ff.run_private); the timeline is stepping's (the cases above), with preemptions
+    in the private queue too (gllm-small-kv)."""
+    from lmmsim.engine.pipeline import PipelineEngine
+
+    granted, private = PipelineEngine._granted, []
+
+    def spy(self, slot):
+        private.append(self._q is not self.env and bool(self.scheduler.prefilling or len(self.scheduler.queue)))
+        granted(self, slot)
+
+    monkeypatch.setattr(PipelineEngine, "_granted", spy)
+    _run(*CASES["gllm-small-kv"], True)
+    assert sum(private) > 0.5 * len(private), "prefill batches were built from the simulation's queue"

@@ -45,7 +45,10 @@ decode-only with nothing that could join, the engine runs its own events
 ahead of the simulation clock, in a plain loop, up to the next arrival, the
 next completion that finishes a request, or a batch whose KV blocks do not
 fit; decode batches are then built and completed from the cohorts' counters
-without the scheduler, which takes the stretch's steps in one go.
+without the scheduler, which takes the stretch's steps in one go. Where a request
+may still join (one waits or is mid-prefill), a monolithic pipeline's events run
+in the same private queue with these handlers, the scheduler's walk included, up
+to the next arrival or a completion that reaches outside (``run_private``).
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ from simpy.events import NORMAL, URGENT
 
 from lmmsim.engine.clock import LATE
 from lmmsim.engine.pipeline_batch import Batch, pass_stages, plan_kind, plan_request_ids
-from lmmsim.engine.pipeline_ff import Ahead, quiet_point, run_ahead
+from lmmsim.engine.pipeline_ff import Ahead, quiet_point, run_ahead, run_private
 from lmmsim.engine.pipeline_shared import start_shared_slots
 from lmmsim.engine.scheduler import ContinuousBatchingScheduler, SeqState, StepPlan
 from lmmsim.engine.steplog import StepRecord, engine_counters
@@ -264,9 +267,13 @@ class PipelineEngine:
         self._q.call_at(start + (stage_s + encode_s), self._h_left0, batch)
 
     def _left_stage0(self, batch: Batch) -> None:
-        if self._fast_forward and self._ahead is None and quiet_point(self):
-            run_ahead(self, batch)  # this event and the engine's next ones, ahead of the clock
-            return
+        if self._fast_forward and self._q is self.env:  # this event and the engine's next ones, ahead of the clock
+            if quiet_point(self):
+                run_ahead(self, batch)
+                return
+            if not self.outside_events_stop:  # (fed by outside events, e_pd: they come too often to pay)
+                run_private(self, batch)
+                return
         q = self._q
         now = q.now
         self._release0()
@@ -306,7 +313,7 @@ class PipelineEngine:
         """The batch left the last stage: apply it, then hand on what it finished."""
         self.num_steps += 1
         handoffs: list = []
-        finished = self.scheduler.complete(plan, start, start + encode_s, self.env.now, handoffs)
+        finished = self.scheduler.complete(plan, start, start + encode_s, self._q.now, handoffs)
         if self.on_batch is not None:
             self.on_batch(plan)
         self.notify()

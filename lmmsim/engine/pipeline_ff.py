@@ -195,17 +195,9 @@ def quiet_point(engine) -> bool:
 def run_ahead(engine, batch) -> None:
     """Run ``batch`` leaving stage 0 now and the engine's events after it, ahead of the clock."""
     env = engine.env
-    barrier = engine.barrier_at()
     queue = AheadQueue(env, [])
     ahead = Ahead(engine, queue)
-    queued = {}  # event id -> (completion event already in the simulation's queue, its callbacks)
-    for done_batch, event in engine._in_flight.values():
-        queued[event.key[2]] = (event, event.callbacks)
-        event.callbacks = []  # it runs in the private queue instead (unless it is still there at the end)
-        queue.heap.append((*event.key, ahead.h_done, done_batch))
-    heapify(queue.heap)
-    if engine.outside_events_stop:
-        barrier = min(barrier, first_outside_event(env, queued))
+    queued, barrier = _take_in_flight(engine, queue, ahead.h_done)
     engine._q, engine._ahead = queue, ahead
     engine._h_granted, engine._h_left0, engine._h_done = ahead.h_granted, ahead.h_left0, ahead.h_done
     try:
@@ -215,8 +207,69 @@ def run_ahead(engine, batch) -> None:
         engine._q, engine._ahead = env, None
         engine._h_granted, engine._h_left0, engine._h_done = engine._granted, engine._left_stage0, engine._done
     ahead.commit()
-    _put_back(engine, queue, ahead, queued)
+    _put_back(engine, queue, {ahead.h_granted: engine._h_granted, ahead.h_left0: engine._h_left0,
+                              ahead.h_done: engine._h_done}, queued)
     ahead.close()
+
+
+def run_private(engine, batch) -> None:
+    """Where something can still join (a request is waiting or mid-prefill): run ``batch``
+    leaving stage 0 now and the engine's events after it with the engine's own handlers, the
+    scheduler's walk included, in the private queue instead of the simulation's -- the same
+    events, under the same keys, only without SimPy's machinery. It stops before an outside
+    event may come (``barrier``), before a completion that reaches outside (:func:`reaches_outside`)
+    and before a batch leaving stage 0 at a quiet point, where :func:`run_ahead` takes over."""
+    env = engine.env
+    queue = AheadQueue(env, [])
+    queued, barrier = _take_in_flight(engine, queue, engine._h_done)
+    engine._q = queue
+    try:
+        engine._left_stage0(batch)
+        heap, done, left0 = queue.heap, engine._h_done, engine._h_left0
+        while heap:
+            when, _, _, fn, value = heap[0]
+            if when >= barrier or (fn is done and reaches_outside(engine, value)) or (
+                    fn is left0 and quiet_point(engine)):
+                break
+            heappop(heap)
+            queue.now = when
+            fn(value)
+    finally:
+        engine._q = env
+    _put_back(engine, queue, {}, queued)
+    queue.heap.clear()
+
+
+def reaches_outside(engine, batch) -> bool:
+    """Would completing ``batch`` reach outside the engine: finish a request (``on_finish``),
+    hand one off (a prefill-only engine) or give ``on_batch`` something to do (chunks consumed,
+    requests preempted)?"""
+    plan, sched = batch.plan, engine.scheduler
+    if engine.on_batch is not None and (plan.chunks or plan.preempted):
+        return True
+    if sched.cohorts[plan.slot].steps_to_next_finish() == 1:  # a member's last token
+        return True
+    for seq, n, _ in plan.chunks:  # a prefill's last chunk samples the first token
+        if seq.num_computed + n == seq.num_tokens and (
+                sched.prefill_only or seq.num_generated + 1 >= seq.request.num_output_tokens):
+            return True
+    return False
+
+
+def _take_in_flight(engine, queue: AheadQueue, done) -> tuple[dict, float]:
+    """Move the completions already in the simulation's queue into ``queue`` (handled by
+    ``done``); returns them by event id (with their callbacks) and the barrier."""
+    env = engine.env
+    queued = {}  # event id -> (completion event already in the simulation's queue, its callbacks)
+    for done_batch, event in engine._in_flight.values():
+        queued[event.key[2]] = (event, event.callbacks)
+        event.callbacks = []  # it runs in the private queue instead (unless it is still there at the end)
+        queue.heap.append((*event.key, done, done_batch))
+    heapify(queue.heap)
+    barrier = engine.barrier_at()
+    if engine.outside_events_stop:
+        barrier = min(barrier, first_outside_event(env, queued))
+    return queued, barrier
 
 
 def first_outside_event(env, own: dict) -> float:
@@ -228,10 +281,10 @@ def first_outside_event(env, own: dict) -> float:
     return float("inf")
 
 
-def _put_back(engine, queue: AheadQueue, ahead: Ahead, queued: dict) -> None:
-    """The events still queued go back to the simulation's queue under their keys."""
+def _put_back(engine, queue: AheadQueue, real: dict, queued: dict) -> None:
+    """The events still queued go back to the simulation's queue under their keys (``real``:
+    the engine's handler for each run-ahead one)."""
     env = engine.env
-    real = {ahead.h_granted: engine._h_granted, ahead.h_left0: engine._h_left0, ahead.h_done: engine._h_done}
     engine._in_flight.clear()  # the batches past stage 0 are those whose completion is still queued
     for when, priority, eid, fn, value in queue.heap:
         if eid in queued:  # never left the simulation's queue: it runs there after all
