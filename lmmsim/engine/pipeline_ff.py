@@ -26,6 +26,15 @@ finishes a request (``on_finish`` reaches outside), or a grant whose batch's
 KV blocks do not fit (the scheduler preempts). The events still queued go
 back to the simulation's queue under their keys. Tests compare runs with and
 without fast-forward bit for bit.
+
+Where a request may still join (one waits or is mid-prefill), :func:`run_private`
+runs the engine's events in the same private queue with the engine's own
+handlers, the scheduler's walk included: the same events under the same keys,
+without SimPy's machinery. It stops before the barrier, before a completion
+that reaches outside (:func:`reaches_outside`), and before a batch leaving
+stage 0 at a quiet point, whose event then starts :func:`run_ahead` from the
+simulation's queue. A pipeline fed by outside events (e_pd) does not use it:
+they come too often for it to pay.
 """
 
 from __future__ import annotations
