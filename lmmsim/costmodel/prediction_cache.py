@@ -109,9 +109,10 @@ def save(path: Path, scalars: dict, blocks: dict) -> None:
             seconds_type = _SECONDS.get(type(value[0]))
             if codes is None or seconds_type is None or type(value[1]) is not int:
                 continue
-            group = groups.get(f"{codes}|{seconds_type}")
+            signature = f"{codes}|{seconds_type}"
+            group = groups.get(signature)
             if group is None:
-                group = groups[f"{codes}|{seconds_type}"] = ([], [])
+                group = groups[signature] = ([], [])
             group[0].append(args)
             group[1].append(value if seconds_type == "f" else (float(value[0]), value[1]))
     gemm = []

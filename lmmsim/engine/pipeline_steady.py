@@ -148,7 +148,6 @@ class _Block:
             self.waits = True  # alone: granted again, they wait on the new signal
             return None
         nxt = line.popleft() if line else None  # triggered now: its fire runs after that grant
-        self.waits = True
         self.asked(signals, line, nxt)
         return nxt
 
@@ -176,7 +175,6 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
     if block is False:
         return 0
     created = []  # events built here ([when, slot, step, None, start, stage_s] lists), in creation order
-    hold, flight = state[1], state[2]
     holder, hold, done_count, kv_free, last_grant = _advance(engine, ahead, barrier, signals, block, line, state,
                                                              created)
     engine.num_steps += done_count
@@ -187,7 +185,7 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
     ahead.kv_free = kv_free
     if last_grant is not None:
         ahead.last_grant = last_grant
-    _rebuild(ahead, queue, flight, hold, created)
+    _rebuild(ahead, queue, state[2], hold, created)  # state[2]: the batches past stage 0, as _advance left them
     return done_count
 
 
