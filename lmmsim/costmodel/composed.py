@@ -82,9 +82,8 @@ from typing import Sequence
 
 from lmmsim.catalog import BYTES_PER_PARAM_BF16, WHISPER_MEL_BINS, GpuSpec, ModelSpec
 from lmmsim.costmodel.base import OperatorPredictor
-from lmmsim.costmodel.data_parallel import dp_attention, per_rank, rank_tokens
-from lmmsim.costmodel.data_parallel import step_parts as _dp_step_parts
-from lmmsim.costmodel.data_parallel import step_s as _dp_step_s
+from lmmsim.costmodel.data_parallel import dp_attention, per_rank, rank_tokens, step_parts as _dp_step_parts, step_s as _dp_step_s
+from lmmsim.costmodel.decode_step import DecodeSteps
 from lmmsim.costmodel.engine_overheads import EngineOverheads
 from lmmsim.costmodel.fitcache import prefetch_dense_block
 from lmmsim.costmodel.moe import DEFAULT_ALL2ALL, DEFAULT_ROUTING, layers_cost
@@ -167,6 +166,7 @@ class ComposedStepCostModel:
         self._ov_active = self.overheads.active
         self._engine_memo: dict[int, float] = {}
         self._engine_parts_memo: dict[int, tuple[float, float]] = {}
+        self.decode_step_at = DecodeSteps(self)  # batch -> its decode step's cost by context alone
         # Bound method looked up once: the hot path calls it every decode step.
         self._decode_attention = predictor.attention_decode_s
         self._ext_s = _ExtraOps(predictor, gpu)  # FP8 / MoE operators, roofline where the predictor lacks them

@@ -38,6 +38,18 @@ from lmmsim.engine.kv_cache import blocks_for
 TRIM_EVERY = 16384
 
 
+def decode_step_cost(cost, batch: int):
+    """``context_sum -> cost.llm_step_s((), batch, context_sum, batch)``: a cohort's decode-only
+    step of ``batch`` members at a given attended context, as the fast-forwards price one
+    every step. The cost model's own folded function where it has one (``decode_step_at``:
+    the same floats, fewer calls), else a wrapper."""
+    at = getattr(cost, "decode_step_at", None)
+    if at is not None:
+        return at(batch)
+    step = cost.llm_step_s
+    return lambda context_sum: step((), batch, context_sum, batch)
+
+
 class StepEnds(list):
     """A cohort's step end times; item ``k - base`` is step ``k``'s (``base``: steps dropped)."""
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 from heapq import heapify, heappop, heappush, nsmallest
 
 from lmmsim.engine.clock import LATE
+from lmmsim.engine.decode_cohort import decode_step_cost
 from lmmsim.engine.pipeline_batch import Batch, pass_stages
 from lmmsim.engine.pipeline_steady import run_steady, steady
 from lmmsim.engine.scheduler import StepPlan
@@ -110,10 +111,11 @@ class Ahead:
         self.ends: list[list] = [[] for _ in cohorts]  # per slot: when each step run ahead ended
         self.last_grant = None
         self.num_stages = engine.num_stages
-        self.llm_step_s = engine.cost.llm_step_s
         # members are fixed, so per slot: its size, its activation send, its context at the
         # first step (it grows by the size each step)
         self.size = [len(c) for c in cohorts]
+        cost = engine.cost
+        self.step_cost = [decode_step_cost(cost, n) if n else None for n in self.size]  # by context
         self.act = [engine._activation_of(n) if n else 0.0 for n in self.size]
         self.step0 = list(self.step)
         self.ctx0 = [c.context_sum(c.step_no) for c in cohorts]
@@ -147,7 +149,7 @@ class Ahead:
         step = self.step[slot]
         self.kv_free -= self.blocks_needed[slot](step)
         ctx = self.ctx0[slot] + n * (step - self.step0[slot])
-        stage_s = self.llm_step_s((), n, ctx, n) / self.num_stages
+        stage_s = self.step_cost[slot](ctx) / self.num_stages
         run = self.new_run(slot, step, now, stage_s)
         queue = self.queue
         heappush(queue.heap, (now + (stage_s + 0.0), LATE, next(queue.env._eid), self.h_left0, run))

@@ -196,7 +196,7 @@ def _advance(engine, ahead, barrier, signals, block, line, state, created):
     step, blocks_needed, step0 = ahead.step, ahead.blocks_needed, ahead.step0
     size, ctx0, act, finish_step = ahead.size, ahead.ctx0, ahead.act, ahead.finish_step
     free, busy, stages = engine._stage_free, engine.stage_busy_s, range(1, engine.num_stages)
-    num_stages, llm_step_s, ends = engine.num_stages, ahead.llm_step_s, ahead.ends
+    num_stages, step_cost, ends = engine.num_stages, ahead.step_cost, ahead.ends
     cpp, eid = engine.chunk_pipelining, engine.env._eid
     done_count, kv_free, last_grant = 0, ahead.kv_free, None
     while True:
@@ -263,7 +263,7 @@ def _advance(engine, ahead, barrier, signals, block, line, state, created):
         # stage 0 granted to ``holder`` at ``t``: its batch is built from its cohort's counters
         n, k = size[holder], step[holder] - step0[holder]
         kv_free -= need
-        stage_s = llm_step_s((), n, ctx0[holder] + n * k, n) / num_stages
+        stage_s = step_cost[holder](ctx0[holder] + n * k) / num_stages
         last_grant = t
         hold = [t + (stage_s + 0.0), holder, step[holder], None, t, stage_s]
         created.append(hold)

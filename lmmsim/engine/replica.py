@@ -31,6 +31,7 @@ from heapq import heapify
 from typing import Callable
 
 from lmmsim.engine.clock import SimEnvironment
+from lmmsim.engine.decode_cohort import decode_step_cost
 from lmmsim.engine.pipeline import plan_kind, plan_request_ids
 from lmmsim.engine.scheduler import ContinuousBatchingScheduler, SeqState
 from lmmsim.engine.steplog import StepRecord, engine_counters
@@ -255,14 +256,14 @@ class Replica:
         busies: list = []
         # the hot loop of a run: methods bound once (the scheduler's single-slot views, inlined)
         cohort = sched.cohorts[0]
-        blocks_needed, step_s = cohort.blocks_needed, cost.llm_step_s
+        blocks_needed, step_s = cohort.blocks_needed, decode_step_cost(cost, num_decodes)
         add_end, add_busy = ends.append, busies.append
         context = cohort.context_sum(first)  # grows by the (fixed) members each step: integers, exact
         while steps < max_steps:
             need = blocks_needed(first + steps)
             if need > free:
                 break
-            dt = step_s((), num_decodes, context + num_decodes * steps, num_decodes)
+            dt = step_s(context + num_decodes * steps)
             if t + dt >= barrier:
                 break
             free -= need
