@@ -87,6 +87,12 @@ class DecodeCohort:
     def __len__(self) -> int:
         return len(self.members)
 
+    @property
+    def phase_counts(self) -> list:
+        """Members by ``dec_base`` residue: step ``k`` needs ``phase_counts[-k % block_size]`` new
+        blocks (a fast-forward's loop reads it inline; never to be changed by the reader)."""
+        return self._phase_counts
+
     def blocks_needed(self, step_no: int) -> int:
         """New KV blocks the members need in step ``step_no``."""
         return self._phase_counts[-step_no % self.block_size]

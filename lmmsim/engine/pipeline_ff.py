@@ -120,6 +120,7 @@ class Ahead:
         self.step0 = list(self.step)
         self.ctx0 = [c.context_sum(c.step_no) for c in cohorts]
         self.blocks_needed = [c.blocks_needed for c in cohorts]
+        self.phase, self.block_size = [c.phase_counts for c in cohorts], sched.block_size  # blocks_needed, inline
         self.runs = [Step(s, 0, n, 0, 0.0, 0.0) for s, n in enumerate(self.size)]  # one batch per slot at a time
         self.any_decode = any(self.size)  # a slot decodes: lmmsim.engine.pipeline_steady may take over
         # handlers as attributes, so a queued event's function can be told by identity

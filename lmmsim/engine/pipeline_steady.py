@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from heapq import heapify
+from itertools import count
 
 from lmmsim.engine.clock import LATE
 
@@ -169,14 +170,19 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
     state = _queued_state(ahead, queue)
     if state is None:
         return 0
+    busy = engine.stage_busy_s
+    if any(b != busy[1] for b in busy[2:]):  # stages 1 and on are charged together (pass_stages)
+        return 0
     signals = _Signals(engine)
     line = deque(engine._waiting0)
     block = _Block.read(engine, signals, [s for s, n in enumerate(ahead.size) if not n], line)
     if block is False:
         return 0
-    created = []  # events built here ([when, slot, step, None, start, stage_s] lists), in creation order
-    holder, hold, done_count, kv_free, last_grant = _advance(engine, ahead, barrier, signals, block, line, state,
-                                                             created)
+    env = engine.env
+    first_id = next(env._eid)  # the loop numbers the events it draws itself, from here on
+    holder, hold, done_count, kv_free, last_grant, next_id, made = _advance(
+        engine, ahead, barrier, signals, block, line, state, first_id)
+    env._eid = count(next_id + made)  # as if drawn one by one: those of the loop, then one per event made
     engine.num_steps += done_count
     engine._holder = holder
     engine._waiting0.clear()
@@ -185,19 +191,22 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
     ahead.kv_free = kv_free
     if last_grant is not None:
         ahead.last_grant = last_grant
-    _rebuild(ahead, queue, state[2], hold, created)  # state[2]: the batches past stage 0, as _advance left them
+    _rebuild(ahead, queue, state[2], hold, next_id)  # state[2]: the batches past stage 0, as _advance left them
     return done_count
 
 
-def _advance(engine, ahead, barrier, signals, block, line, state, created):
-    """The loop: each turn one batch leaves stage 0 or the last stage, and stage 0's next
-    holder builds its batch. Returns (holder, its batch, batches done, KV blocks free, last grant)."""
+def _advance(engine, ahead, barrier, signals, block, line, state, next_id):
+    """The loop: each turn one batch leaves stage 0 or the last stage, and stage 0's next holder
+    builds its batch. Event ids are numbered from ``next_id`` here: the change signals' keys as
+    the handlers draw them, then the events made (``[when, slot, step, None, start, stage_s, k]``,
+    made k-th) in the order they were made (:func:`_rebuild`). Returns (holder, its batch,
+    batches done, KV blocks free, last grant, the loop's next event id, events made)."""
     holder, (hold_end, hold, flight), keys, held = engine._holder, state, signals.keys, signals.held
-    step, blocks_needed, step0 = ahead.step, ahead.blocks_needed, ahead.step0
+    step, phase, block_size, step0 = ahead.step, ahead.phase, ahead.block_size, ahead.step0
     size, ctx0, act, finish_step = ahead.size, ahead.ctx0, ahead.act, ahead.finish_step
     free, busy, stages = engine._stage_free, engine.stage_busy_s, range(1, engine.num_stages)
     num_stages, step_cost, ends = engine.num_stages, ahead.step_cost, ahead.ends
-    cpp, eid = engine.chunk_pipelining, engine.env._eid
+    cpp, cur, made, later = engine.chunk_pipelining, signals.cur, 0, busy[1] if num_stages > 1 else 0.0
     done_count, kv_free, last_grant = 0, ahead.kv_free, None
     while True:
         d = flight[0][0] if flight else math.inf
@@ -206,30 +215,26 @@ def _advance(engine, ahead, barrier, signals, block, line, state, created):
             if t >= barrier:
                 break
             nxt = (line[0] if line[0] != BLOCK else line[1] if len(line) > 1 else None) if line else None
-            if nxt is not None and (need := blocks_needed[nxt](step[nxt])) > kv_free:
+            if nxt is not None and (need := phase[nxt][-step[nxt] % block_size]) > kv_free:
                 break
-            start, stage_s, s_step = (hold[4], hold[5], hold[2]) if hold[3] is None else hold[:3]
+            start, stage_s, s_step = hold[4], hold[5], hold[2]
             busy[0] += stage_s + 0.0
-            fire = cpp and keys[signals.cur] is None
+            fire = cpp and keys[cur] is None
             if fire:  # stage 0's notify (drawn; queued if the block waits)
-                keys[signals.cur] = (t, LATE, next(eid))
-                fire = block is not None and block.waits and block.sig == signals.cur
-            hold[3] = False  # its event has run
+                keys[cur], next_id = (t, LATE, next_id), next_id + 1
+                fire = block is not None and block.waits and block.sig == cur
             u, a = t, act[holder]  # stages 1 and on, as pass_stages (lmmsim.engine.pipeline_batch) runs them
             for s in stages:
                 u += a
                 f = free[s]
                 u = (f if f > u else u) + stage_s
                 free[s] = u
-                busy[s] += stage_s
-            item = [u, holder, s_step, None, start, stage_s]
-            created.append(item)
-            flight.append(item)
+            later += stage_s
+            flight.append([u, holder, s_step, None, start, stage_s, made])
+            made += 1
             holder = line.popleft() if line else None
-            if holder == BLOCK:
-                holder, last_grant = block.granted(signals, line, t), t
-            if fire and block.asked(signals, line, holder):
-                last_grant = t
+            if holder == BLOCK or fire:  # the empty slots' turn
+                holder, cur, last_grant = _block_turn(signals, block, line, holder, fire, t, cur, last_grant)
             if holder is None:
                 hold_end, hold = math.inf, None
                 continue
@@ -238,48 +243,62 @@ def _advance(engine, ahead, barrier, signals, block, line, state, created):
             if t >= barrier or s_step == finish_step[s]:
                 break
             step[s] += 1
-            if holder is None and (need := blocks_needed[s](step[s])) > kv_free:
+            if holder is None and (need := phase[s][-step[s] % block_size]) > kv_free:
                 step[s] -= 1
                 break
-            flight.popleft()[3] = False
+            flight.popleft()
             ends[s].append(t)
             done_count += 1
-            fire = keys[signals.cur] is None
+            fire = keys[cur] is None
             if fire:  # the completion notifies, then its slot's ask takes a fresh signal
-                keys[signals.cur] = (t, LATE, next(eid))
-                fire = block is not None and block.waits and block.sig == signals.cur
-            held[s] = signals.fresh()
+                keys[cur], next_id = (t, LATE, next_id), next_id + 1
+                fire = block is not None and block.waits and block.sig == cur
+            cur = held[s] = len(keys)  # the signal is triggered now: the ask takes a new one
+            keys.append(None)
             granted = holder is None
-            if granted:
-                holder = s
-            else:
+            holder = s if granted else holder
+            if not granted:
                 line.append(s)
             if fire:
-                block.asked(signals, line, holder)
+                _, cur, _ = _block_turn(signals, block, line, holder, fire, t, cur, None)
             if not granted:
                 continue
         else:
             break
         # stage 0 granted to ``holder`` at ``t``: its batch is built from its cohort's counters
-        n, k = size[holder], step[holder] - step0[holder]
         kv_free -= need
-        stage_s = step_cost[holder](ctx0[holder] + n * k) / num_stages
-        last_grant = t
-        hold = [t + (stage_s + 0.0), holder, step[holder], None, t, stage_s]
-        created.append(hold)
+        stage_s = step_cost[holder](ctx0[holder] + size[holder] * (step[holder] - step0[holder])) / num_stages
+        last_grant, hold = t, [t + (stage_s + 0.0), holder, step[holder], None, t, stage_s, made]
+        made += 1
         hold_end = hold[0]
-    return holder, hold, done_count, kv_free, last_grant
+    signals.cur = cur
+    for s in stages:
+        busy[s] = later
+    return holder, hold, done_count, kv_free, last_grant, next_id, made
+
+
+def _block_turn(signals, block, line, holder, fire, t, cur, last_grant):
+    """In :func:`_advance` at ``t``: the empty slots' block is granted stage 0 (``holder`` is
+    :data:`BLOCK`) and/or the signal it waits on fired; returns (the holder after it, the
+    current signal, the last grant)."""
+    signals.cur = cur
+    if holder == BLOCK:
+        holder, last_grant = block.granted(signals, line, t), t
+    if fire and block.asked(signals, line, holder):
+        last_grant = t
+    return holder, signals.cur, last_grant
 
 
 def _queued_state(ahead, queue):
     """(end of the holder's stage 0, the holder's batch, the FIFO of batches past stage 0) read
-    from the private queue; None if it holds another kind of event or is out of pipeline order."""
+    from the private queue, laid out as :func:`_advance` makes them but with their queued entry
+    at item 3; None if it holds another kind of event or is out of pipeline order."""
     hold_end, hold = math.inf, None
-    flight: deque = deque()  # [done_at, slot, step, queued entry or None], in completion order
+    flight: deque = deque()  # [done_at, slot, step, queued entry], in completion order
     for entry in sorted(queue.heap):
         if entry[3] is ahead.h_left0:
             run = entry[4]
-            hold_end, hold = entry[0], [run.start, run.stage_s, run.step, entry]
+            hold_end, hold = entry[0], [entry[0], run.slot, run.step, entry, run.start, run.stage_s]
         elif entry[3] is ahead.h_done:
             flight.append([entry[0], entry[4].slot, entry[4].step, entry])
         else:
@@ -289,23 +308,23 @@ def _queued_state(ahead, queue):
     return hold_end, hold, flight
 
 
-def _rebuild(ahead, queue, flight, hold, created) -> None:
+def _rebuild(ahead, queue, flight, hold, next_id: int) -> None:
     """The pending events back in the private queue: those that were queued keep their keys,
-    those built here get event ids in the order the handlers would have drawn them."""
-    eid = queue.env._eid
+    those made here take ids from ``next_id`` in the order they were made, as the handlers
+    would have drawn them."""
     heap = [item[3] for item in flight if item[3]]
+    made = [item for item in flight if item[3] is None]
     if hold is not None and hold[3]:
         heap.append(hold[3])
-    for item in created:
-        key_id = next(eid)  # drawn whether or not its event has run since, as the handlers draw it
-        if item[3] is not None:
-            continue  # it has run
-        when, s, s_step, _, start, stage_s = item
+    elif hold is not None and hold[3] is None:
+        made.append(hold)
+    for item in made:
+        when, s, s_step, _, start, stage_s, k = item
         run = ahead.new_run(s, s_step, start, stage_s)
         if item is hold:
-            heap.append((when, LATE, key_id, ahead.h_left0, run))
+            heap.append((when, LATE, next_id + k, ahead.h_left0, run))
         else:
             run.done_at = when
-            heap.append((when, LATE, key_id, ahead.h_done, run))
+            heap.append((when, LATE, next_id + k, ahead.h_done, run))
     heapify(heap)
     queue.heap[:] = heap
