@@ -60,7 +60,7 @@ from simpy.events import NORMAL, URGENT
 
 from lmmsim.engine.clock import LATE
 from lmmsim.engine.pipeline_batch import Batch, pass_stages, plan_kind, plan_request_ids
-from lmmsim.engine.pipeline_ff import Ahead, quiet_point, run_ahead, run_private
+from lmmsim.engine.pipeline_ff import Ahead, quiet_point, reaches_outside, run_ahead, run_private
 from lmmsim.engine.pipeline_shared import start_shared_slots
 from lmmsim.engine.scheduler import ContinuousBatchingScheduler, SeqState, StepPlan
 from lmmsim.engine.steplog import StepRecord, engine_counters
@@ -140,6 +140,7 @@ class PipelineEngine:
         self._stage_free = [0.0] * num_stages  # when each later stage's last batch leaves it
         self._slot_changed = [None] * num_slots  # the change signal each slot saw when it asked
         self._in_flight: dict = {}  # slot -> (Batch, its completion event), batches past stage 0
+        self._leaving0 = None  # (Batch, its event) of the batch in stage 0, when that event is SimPy's
         self._zero_pending = 0  # grant, release and change events not yet run (all at their instant)
         # decode-only stretches run ahead (lmmsim.engine.pipeline_ff); not while logging steps
         self._fast_forward = fast_forward and barrier_at is not None and step_log is None and num_stages > 1
@@ -264,15 +265,18 @@ class PipelineEngine:
         else:
             batch = Batch(slot, plan, start, encode_s, stage_s, plan_kind(plan), plan_request_ids(plan, sched),
                           engine_counters(sched))
-        self._q.call_at(start + (stage_s + encode_s), self._h_left0, batch)
+        event = self._q.call_at(start + (stage_s + encode_s), self._h_left0, batch)
+        if self._q is self.env:  # (a private queue's entries are not events)
+            self._leaving0 = (batch, event)
 
     def _left_stage0(self, batch: Batch) -> None:
+        self._leaving0 = None
         if self._fast_forward and self._q is self.env:  # this event and the engine's next ones, ahead of the clock
             if quiet_point(self):
                 run_ahead(self, batch)
                 return
-            if not self.outside_events_stop:  # (fed by outside events, e_pd: they come too often to pay)
-                run_private(self, batch)
+            if not (self.outside_events_stop or self._zero_pending):  # (fed by outside events, e_pd: they
+                run_private(self, self._left_stage0, batch)  # come too often to pay)
                 return
         q = self._q
         now = q.now
@@ -293,6 +297,14 @@ class PipelineEngine:
 
     def _done(self, batch: Batch) -> None:
         del self._in_flight[batch.slot]
+        if self._fast_forward and self._q is self.env and not (self.outside_events_stop or self._zero_pending) \
+                and not reaches_outside(self, batch):  # this and the engine's next events, in its own queue
+            run_private(self, self._batch_out, batch)
+            return
+        self._batch_out(batch)
+
+    def _batch_out(self, batch: Batch) -> None:
+        """``batch`` left the last stage: apply it; its slot asks for stage 0 again."""
         self._complete(batch.plan, batch.start, batch.encode_s)
         self._ask(batch.slot)
 

@@ -224,9 +224,10 @@ def run_ahead(engine, batch) -> None:
     ahead.close()
 
 
-def run_private(engine, batch) -> None:
-    """Where something can still join (a request is waiting or mid-prefill): run ``batch``
-    leaving stage 0 now and the engine's events after it with the engine's own handlers, the
+def run_private(engine, handle, batch) -> None:
+    """Where something can still join (a request is waiting or mid-prefill): run ``handle(batch)``
+    (``batch`` leaving stage 0 or the last stage now; no zero-time event of the engine's waiting
+    at this instant) and the engine's events after it with the engine's own handlers, the
     scheduler's walk included, in the private queue instead of the simulation's -- the same
     events, under the same keys, only without SimPy's machinery. It stops before an outside
     event may come (``barrier``), before a completion that reaches outside (:func:`reaches_outside`)
@@ -236,7 +237,7 @@ def run_private(engine, batch) -> None:
     queued, barrier = _take_in_flight(engine, queue, engine._h_done)
     engine._q = queue
     try:
-        engine._left_stage0(batch)
+        handle(batch)
         heap, done, left0 = queue.heap, engine._h_done, engine._h_left0
         while heap:
             when, _, _, fn, value = heap[0]
@@ -270,13 +271,17 @@ def reaches_outside(engine, batch) -> bool:
 
 def _take_in_flight(engine, queue: AheadQueue, done) -> tuple[dict, float]:
     """Move the completions already in the simulation's queue into ``queue`` (handled by
-    ``done``); returns them by event id (with their callbacks) and the barrier."""
+    ``done``), and the batch in stage 0's leaving it (by the engine's handler: a run from a
+    completion); returns them by event id (with their callbacks) and the barrier."""
     env = engine.env
-    queued = {}  # event id -> (completion event already in the simulation's queue, its callbacks)
-    for done_batch, event in engine._in_flight.values():
+    queued = {}  # event id -> (event already in the simulation's queue, its callbacks)
+    moved = [(done, b, e) for b, e in engine._in_flight.values()]
+    if engine._leaving0 is not None:
+        moved.append((engine._h_left0, *engine._leaving0))
+    for fn, batch, event in moved:
         queued[event.key[2]] = (event, event.callbacks)
         event.callbacks = []  # it runs in the private queue instead (unless it is still there at the end)
-        queue.heap.append((*event.key, done, done_batch))
+        queue.heap.append((*event.key, fn, batch))
     heapify(queue.heap)
     barrier = engine.barrier_at()
     if engine.outside_events_stop:
@@ -298,18 +303,20 @@ def _put_back(engine, queue: AheadQueue, real: dict, queued: dict) -> None:
     the engine's handler for each run-ahead one)."""
     env = engine.env
     engine._in_flight.clear()  # the batches past stage 0 are those whose completion is still queued
+    engine._leaving0 = None
     for when, priority, eid, fn, value in queue.heap:
+        fn = real.get(fn, fn)
         if eid in queued:  # never left the simulation's queue: it runs there after all
             event, callbacks = queued[eid]
             event.callbacks = callbacks
-            engine._in_flight[value.slot] = (event.value, event)
-            continue
-        fn = real.get(fn, fn)
-        if isinstance(value, Step):
-            value = value.batch(Batch)
-        event = env.call_keyed((when, priority, eid), fn, value)
+        else:
+            if isinstance(value, Step):
+                value = value.batch(Batch)
+            event = env.call_keyed((when, priority, eid), fn, value)
         if fn is engine._h_done:
             engine._in_flight[value.slot] = (value, event)
+        elif fn is engine._h_left0:
+            engine._leaving0 = (value, event)
 
 
 def _loop(engine, queue: AheadQueue, ahead: Ahead, barrier: float) -> None:
