@@ -90,10 +90,11 @@ def _encoders(parts, colocation, calls, env, local_target: list[int], n_remote: 
 
 
 def assemble_disaggregated(parts: Parts, env, on_finish, barrier_at) -> DisaggregatedFrontend:
-    # Engines other than the monolithic ones get work from transfers, not only arrivals, so
-    # they never fast-forward -- except an e_pd LLM pipeline, whose run ahead also stops
-    # before the simulation's next event that is not its own (an encoder's step, a send:
-    # anything that may route embeddings to it; lmmsim.engine.pipeline_ff).
+    # Engines other than the monolithic ones get work from transfers, not only arrivals, so their
+    # fast-forward stops before the simulation's next event that is not their own (anything may
+    # route work to them): an e_pd LLM pipeline's run ahead (lmmsim.engine.pipeline_ff) and a
+    # decode worker's stretch (lmmsim.engine.replica.until_next_event, set in make_engine).
+    # Prefill workers step.
     scn, pools = parts.scn, parts.pools
     dep, router_cfg = scn.deployment, scn.policy.router
     colocation, calls = Colocation(parts, env), FrontendCallbacks()

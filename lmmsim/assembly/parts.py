@@ -9,7 +9,7 @@ from lmmsim.engine.kv_cache import BlockPool
 from lmmsim.engine.media_cache import MediaCache
 from lmmsim.engine.pipeline import PipelineEngine
 from lmmsim.engine.prefix_cache import PrefixBlockPool
-from lmmsim.engine.replica import Replica
+from lmmsim.engine.replica import Replica, until_next_event
 from lmmsim.engine.steplog import StepLog, StepRecord
 from lmmsim.placement import MemoryPlan
 
@@ -105,9 +105,13 @@ def make_engine(parts: Parts, colocation, env, pool_name: str, index: int, on_fi
     )
     cost = parts.costs[pool_name]
     if pool.pp == 1:
+        run = colocation.runner(name, ids)
+        if pool_name == "decode" and run is None and scn.sim.fast_forward:
+            # fed by KV transfers, not arrivals: its decode stretches stop before the simulation's
+            # next event of any kind, so nothing can reach it mid-stretch (lmmsim.engine.replica)
+            fast_forward, barrier_at = True, until_next_event(env, barrier_at)
         return Replica(env, index, scheduler, cost, ids, on_finish, barrier_at, fast_forward=fast_forward,
-                       step_log=parts.log, name=name, on_handoff=on_handoff, on_batch=on_batch,
-                       run=colocation.runner(name, ids))
+                       step_log=parts.log, name=name, on_handoff=on_handoff, on_batch=on_batch, run=run)
     per_stage = pool.dp * pool.tp  # a stage's dp x tp GPUs, stage by stage
     stage_ids = [ids[s * per_stage:(s + 1) * per_stage] for s in range(pool.pp)]
     hidden_bytes, p2p_s = parts.hidden_bytes, parts.predictor.p2p_s
