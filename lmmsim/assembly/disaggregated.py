@@ -93,8 +93,8 @@ def assemble_disaggregated(parts: Parts, env, on_finish, barrier_at) -> Disaggre
     # Engines other than the monolithic ones get work from transfers, not only arrivals, so their
     # fast-forward stops before the simulation's next event that is not their own (anything may
     # route work to them): an e_pd LLM pipeline's run ahead (lmmsim.engine.pipeline_ff) and a
-    # decode worker's stretch (lmmsim.engine.replica.until_next_event, set in make_engine).
-    # Prefill workers step.
+    # one-stage worker's decode stretch on GPUs of its own (lmmsim.engine.replica.until_next_event,
+    # set in make_engine). Prefill-only workers never decode: they step.
     scn, pools = parts.scn, parts.pools
     dep, router_cfg = scn.deployment, scn.policy.router
     colocation, calls = Colocation(parts, env), FrontendCallbacks()

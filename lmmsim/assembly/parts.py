@@ -106,9 +106,10 @@ def make_engine(parts: Parts, colocation, env, pool_name: str, index: int, on_fi
     cost = parts.costs[pool_name]
     if pool.pp == 1:
         run = colocation.runner(name, ids)
-        if pool_name == "decode" and run is None and scn.sim.fast_forward:
-            # fed by KV transfers, not arrivals: its decode stretches stop before the simulation's
-            # next event of any kind, so nothing can reach it mid-stretch (lmmsim.engine.replica)
+        if not parts.monolithic and run is None and scn.sim.fast_forward:
+            # fed by transfers (embeddings, KV), not only arrivals: its decode stretches stop before
+            # the simulation's next event of any kind, so nothing can reach it mid-stretch
+            # (lmmsim.engine.replica.until_next_event); a prefill-only worker never decodes
             fast_forward, barrier_at = True, until_next_event(env, barrier_at)
         return Replica(env, index, scheduler, cost, ids, on_finish, barrier_at, fast_forward=fast_forward,
                        step_log=parts.log, name=name, on_handoff=on_handoff, on_batch=on_batch, run=run)

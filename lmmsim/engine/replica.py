@@ -38,10 +38,11 @@ from lmmsim.engine.steplog import StepRecord, engine_counters
 
 
 def until_next_event(env, barrier_at: Callable[[], float]) -> Callable[[], float]:
-    """The barrier of an engine other events feed (a decode worker, by KV transfers): ``barrier_at()``
-    or the simulation's next event, whichever is sooner. Work only reaches the engine in an event,
-    so a stretch that ends before the next one -- whatever it is -- meets nothing (no sync), and
-    the events drawn meanwhile are its own: stepping's order, event ids included."""
+    """The barrier of an engine other events feed (a decode worker by KV transfers, an e_pd worker
+    by embeddings): ``barrier_at()`` or the simulation's next event, whichever is sooner. Work only
+    reaches the engine in an event, so a stretch that ends before the next one -- whatever it is --
+    meets nothing (no sync), and the events drawn meanwhile are its own: stepping's order, event
+    ids included."""
     def barrier() -> float:
         nxt, bound = env.peek(), barrier_at()
         return nxt if nxt < bound else bound

@@ -1,7 +1,8 @@
-"""Decode workers fed by KV transfers (``e_p_d``, ``p_d``) fast-forward decode stretches that
-stop before the simulation's next event of any kind (lmmsim.engine.replica.until_next_event):
-the timeline must equal stepping bit for bit -- with two decode workers, with KV blocks so
-few that stretches stop at the pool's edge and requests are preempted, and in a step log."""
+"""LLM workers fed by transfers -- decode workers by KV caches (``e_p_d``, ``p_d``), ``e_pd``
+workers by embeddings -- fast-forward decode stretches that stop before the simulation's next
+event of any kind (lmmsim.engine.replica.until_next_event): the timeline must equal stepping
+bit for bit -- with two decode workers, and with KV blocks so few that stretches stop at the
+pool's edge and requests are preempted."""
 
 from __future__ import annotations
 
@@ -16,14 +17,15 @@ from test_invariants import timeline
 
 ROOT = Path(__file__).resolve().parent.parent
 DYNAMO = ROOT / "scenarios" / "baselines" / "rps-mix-internvl38b-dynamo.yaml"
+MODSERVE = ROOT / "scenarios" / "baselines" / "rps-mix-internvl38b-modserve.yaml"
 TEXT_PD = ROOT / "scenarios" / "text-pd.yaml"
 
 
 def _run(path: Path, overrides: list[str], fast_forward: bool):
     scn, base = load_scenario(path, [*overrides, f"sim.fast_forward={str(fast_forward).lower()}"])
     result = build(scn, base).simulation.run()
-    decode = [e for e in result.frontend.workers if e.name.startswith("decode")]
-    return result, sum(e.num_steps for e in decode)
+    llm = [e for e in result.frontend.workers if hasattr(e, "scheduler")]  # not the encoders
+    return result, sum(e.num_steps for e in llm)
 
 
 CASES = {  # (scenario, overrides, does a decode worker's next step usually end before anything else happens?)
@@ -33,6 +35,7 @@ CASES = {  # (scenario, overrides, does a decode worker's next step usually end 
                                           "deployment.decode.workers=2", "deployment.decode.gpu_ids=[[2,3],[4,5]]"],
                                  False),
     "p_d": (TEXT_PD, ["workload.num_requests=200"], True),
+    "e_pd": (MODSERVE, ["workload.num_requests=150"], True),
     # KV blocks run out: stretches stop at the pool's edge, requests are preempted (23 of them)
     "p_d-tight-kv": (TEXT_PD, ["workload.num_requests=200", "deployment.gpu_memory_utilization=0.245",
                                "deployment.max_model_len=8192"], True),
@@ -40,7 +43,7 @@ CASES = {  # (scenario, overrides, does a decode worker's next step usually end 
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_decode_worker_stretches_equal_stepping(case):
+def test_fed_worker_stretches_equal_stepping(case):
     path, overrides, saves = CASES[case]
     stepped, steps = _run(path, overrides, fast_forward=False)
     jumped, jumped_steps = _run(path, overrides, fast_forward=True)
