@@ -172,3 +172,23 @@ def test_prefill_steps_run_in_the_private_queue(monkeypatch):
     monkeypatch.setattr(PipelineEngine, "_granted", spy)
     _run(*CASES["gllm-small-kv"], True)
     assert sum(private) > 0.5 * len(private), "prefill batches were built from the simulation's queue"
+
+
+def test_first_outside_event_is_the_earliest_foreign_entry():
+    """The best-first walk down the heap finds what sorting the whole queue would."""
+    import heapq
+    import random
+    from types import SimpleNamespace
+
+    from lmmsim.engine.pipeline_ff import first_outside_event
+
+    rng = random.Random(7)
+    for size in (0, 1, 2, 5, 40, 500):
+        queue = []
+        for eid in range(size):  # times with ties, so the event id decides
+            heapq.heappush(queue, (rng.choice([0.5, 1.0, 1.5]) * rng.randint(0, 4), rng.randint(0, 2), eid, None))
+        env = SimpleNamespace(_queue=queue)
+        for num_own in (0, 1, 3, size):
+            own = {entry[2]: None for entry in rng.sample(sorted(queue)[:6], min(num_own, size, 6))}
+            foreign = [entry for entry in sorted(queue) if entry[2] not in own]
+            assert first_outside_event(env, own) == (foreign[0][0] if foreign else float("inf"))

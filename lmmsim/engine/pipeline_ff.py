@@ -39,7 +39,7 @@ they come too often for it to pay.
 
 from __future__ import annotations
 
-from heapq import heapify, heappop, heappush, nsmallest
+from heapq import heapify, heappop, heappush
 
 from lmmsim.engine.clock import LATE
 from lmmsim.engine.decode_cohort import decode_step_cost
@@ -291,10 +291,18 @@ def _take_in_flight(engine, queue: AheadQueue, done) -> tuple[dict, float]:
 
 def first_outside_event(env, own: dict) -> float:
     """When the simulation's next event that is not one of the engine's own (``own``: their event
-    ids) is due: any event may route work to the engine, so a run ahead stops before it."""
-    for entry in nsmallest(len(own) + 1, env._queue):
+    ids) is due: any event may route work to the engine, so a run ahead stops before it. A
+    best-first walk down the queue's heap from its root, past the engine's own entries only:
+    a few steps, whatever the queue's length."""
+    queue = env._queue
+    frontier = [(queue[0], 0)] if queue else []
+    while frontier:
+        entry, i = heappop(frontier)
         if entry[2] not in own:
             return entry[0]
+        for child in (2 * i + 1, 2 * i + 2):
+            if child < len(queue):
+                heappush(frontier, (queue[child], child))
     return float("inf")
 
 
