@@ -51,7 +51,11 @@ class BlockPool:
         return self.num_blocks - self.num_free
 
     def allocate(self, n: int) -> None:
-        self._take(n)
+        if n > self.num_free:  # _take, inline (every batch allocates)
+            raise RuntimeError(f"KV pool over capacity: asked {n}, {self.num_free} free")
+        free = self.num_free = self.num_free - n
+        if self.num_blocks - free > self.peak_used:
+            self.peak_used = self.num_blocks - free
         self._advance(n)
 
     def _take(self, n: int) -> None:

@@ -282,7 +282,8 @@ class PipelineEngine:
         now = q.now
         self._release0()
         self.stage_busy_s[0] += batch.stage_s + batch.encode_s
-        self._log(batch, 0, batch.start, now)
+        if self.step_log is not None:
+            self._log(batch, 0, batch.start, now)
         if self.num_stages == 1:
             self._complete(batch.plan, batch.start, batch.encode_s)
             self._ask(batch.slot)
@@ -291,8 +292,10 @@ class PipelineEngine:
             self.scheduler.release_chunks(batch.plan)
             self.notify()
         log = (lambda s, begin, end: self._log(batch, s, begin, end)) if self.step_log is not None else None
-        batch.done_at = pass_stages(self._stage_free, self.stage_busy_s, now, self._activation_of(batch.plan.num_tokens),
-                                    batch.stage_s, self.num_stages, log)
+        act = self._activation.get(batch.plan.num_tokens)  # (the memo's hit inline: every batch asks)
+        if act is None:
+            act = self._activation_of(batch.plan.num_tokens)
+        batch.done_at = pass_stages(self._stage_free, self.stage_busy_s, now, act, batch.stage_s, self.num_stages, log)
         self._in_flight[batch.slot] = (batch, q.call_at(batch.done_at, self._h_done, batch))
 
     def _done(self, batch: Batch) -> None:

@@ -156,7 +156,7 @@ class StepPlan:
     @property
     def chunk_shapes(self) -> tuple:
         """(new_tokens, context_after) per prefill chunk, for the cost model."""
-        return tuple((n, start + n) for _, n, start in self.chunks)
+        return tuple([(n, start + n) for _, n, start in self.chunks])
 
     @property
     def is_empty(self) -> bool:
@@ -396,7 +396,7 @@ class ContinuousBatchingScheduler(ChunkMediaFit, PrefixLookup, TokenThrottle):
             budget -= plan.num_decodes
 
         self._schedule_prefills(plan, budget, enc_left)
-        plan.num_tokens = sum(n for _, n, _ in plan.chunks) + plan.num_decodes
+        plan.num_tokens = (sum([n for _, n, _ in plan.chunks]) if plan.chunks else 0) + plan.num_decodes
         return plan
 
     def _schedule_prefills(self, plan: StepPlan, budget: int, enc_left: int) -> None:

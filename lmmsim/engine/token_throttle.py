@@ -28,6 +28,9 @@ class TokenThrottle:
     def _throttled_prefill_tokens(self) -> int:
         """Pending prefill tokens spread over the pipeline slots, within (min, max)."""
         low, high = self.prefill_throttle
-        pending = sum(s.num_tokens - s.num_scheduled for s in self.prefilling) + self._waiting_pending
+        pending = 0
+        for s in self.prefilling:
+            pending += s.request.num_prompt_tokens + s.num_generated - s.num_scheduled  # (num_tokens inline)
+        pending += self._waiting_pending
         share = -(-pending // len(self.cohorts))
         return max(low, min(high, share))
