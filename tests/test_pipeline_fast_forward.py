@@ -123,7 +123,7 @@ def test_run_ahead_leaves_no_cyclic_garbage():
         run = _run("gllm", [], True)
         assert run.summary["sim_events"] > 0
         del run
-        left = [o for o in gc.get_objects() if isinstance(o, (pipeline_ff.Ahead, pipeline_ff.AheadQueue))]
+        left = [o for o in gc.get_objects() if isinstance(o, pipeline_ff.Ahead)]
     finally:
         gc.enable()
     assert not left
@@ -157,21 +157,24 @@ def test_steady_loop_moves_empty_slots_as_one_block(monkeypatch):
     assert places == {True, False}
 
 
-def test_prefill_steps_run_in_the_private_queue(monkeypatch):
-    """While requests are mid-prefill a monolithic pipeline steps its own handlers in the private
-    queue (pipeline_ff.run_private); the timeline is stepping's (the cases above), with preemptions
-    in the private queue too (gllm-small-kv)."""
+def test_engine_events_run_from_its_own_queue(monkeypatch):
+    """With fast-forward the engine's events -- prefill batches with the scheduler's walk
+    included -- run from its own queue, merged with the simulation's by key (pipeline_ff.EngineQueue):
+    the simulation sees a wake per stretch of them, and the timeline is stepping's (the cases above,
+    with preemptions: gllm-small-kv)."""
     from lmmsim.engine.pipeline import PipelineEngine
 
-    granted, private = PipelineEngine._granted, []
+    granted, prefill_grants = PipelineEngine._granted, []
 
     def spy(self, slot):
-        private.append(self._q is not self.env and bool(self.scheduler.prefilling or len(self.scheduler.queue)))
+        if self.scheduler.prefilling or len(self.scheduler.queue):
+            prefill_grants.append(self._q.busy)
         granted(self, slot)
 
     monkeypatch.setattr(PipelineEngine, "_granted", spy)
-    _run(*CASES["gllm-small-kv"], True)
-    assert sum(private) > 0.5 * len(private), "prefill batches were built from the simulation's queue"
+    run = _run(*CASES["gllm-small-kv"], True)
+    assert prefill_grants and all(prefill_grants)
+    assert run.summary["sim_events"] < len(prefill_grants) / 2, "about an event per engine event"
 
 
 def test_first_outside_event_is_the_earliest_foreign_entry():

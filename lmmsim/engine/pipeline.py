@@ -40,15 +40,14 @@ shares its GPUs with another worker its run time is only known once run, and
 the engine falls back to one process per slot
 (:mod:`lmmsim.engine.pipeline_shared`).
 
-Fast-forward (:mod:`lmmsim.engine.pipeline_ff`): while every batch is
-decode-only with nothing that could join, the engine runs its own events
-ahead of the simulation clock, in a plain loop, up to the next arrival, the
-next completion that finishes a request, or a batch whose KV blocks do not
-fit; decode batches are then built and completed from the cohorts' counters
-without the scheduler, which takes the stretch's steps in one go. Where a request
-may still join (one waits or is mid-prefill), a monolithic pipeline's events run
-in the same private queue with these handlers, the scheduler's walk included, up
-to the next arrival or a completion that reaches outside (``run_private``).
+Fast-forward (:mod:`lmmsim.engine.pipeline_ff`): the engine's events go to a
+queue of its own, run in key order merged with the simulation's (one SimPy
+event, a wake, per stretch of them). While every batch is decode-only with
+nothing that could join, the engine runs its events ahead of the simulation
+clock, in a plain loop, up to the next arrival, the next completion that
+finishes a request, or a batch whose KV blocks do not fit; decode batches are
+then built and completed from the cohorts' counters without the scheduler, which
+takes the stretch's steps in one go.
 """
 
 from __future__ import annotations
@@ -60,7 +59,7 @@ from simpy.events import NORMAL, URGENT
 
 from lmmsim.engine.clock import LATE
 from lmmsim.engine.pipeline_batch import Batch, pass_stages, plan_kind, plan_request_ids
-from lmmsim.engine.pipeline_ff import Ahead, quiet_point, reaches_outside, run_ahead, run_private
+from lmmsim.engine.pipeline_ff import Ahead, EngineQueue, quiet_point, run_ahead
 from lmmsim.engine.pipeline_shared import start_shared_slots
 from lmmsim.engine.scheduler import ContinuousBatchingScheduler, SeqState, StepPlan
 from lmmsim.engine.steplog import StepRecord, engine_counters
@@ -132,18 +131,18 @@ class PipelineEngine:
             start_shared_slots(self)
             return
         num_slots = len(scheduler.cohorts)
-        self._q = env  # where the engine's events go: the simulation, or its own queue when running ahead
+        self._q = env  # where the engine's events go: the simulation, or its own queue (fast-forward)
         self._ahead: Ahead | None = None
         self._changed = Change()
         self._holder = None  # the slot stage 0 is granted to
         self._waiting0: deque = deque()  # slots that asked for stage 0, in order
         self._stage_free = [0.0] * num_stages  # when each later stage's last batch leaves it
         self._slot_changed = [None] * num_slots  # the change signal each slot saw when it asked
-        self._in_flight: dict = {}  # slot -> (Batch, its completion event), batches past stage 0
-        self._leaving0 = None  # (Batch, its event) of the batch in stage 0, when that event is SimPy's
         self._zero_pending = 0  # grant, release and change events not yet run (all at their instant)
         # decode-only stretches run ahead (lmmsim.engine.pipeline_ff); not while logging steps
         self._fast_forward = fast_forward and barrier_at is not None and step_log is None and num_stages > 1
+        if self._fast_forward:  # its events in a queue of its own, merged with the simulation's
+            self._q = EngineQueue(env, barrier_at)
         self.barrier_at = barrier_at
         # work reaches the engine from other events than arrivals (an e_pd pipeline's embeddings):
         # a run ahead then also stops before the simulation's next event that is not its own
@@ -181,10 +180,13 @@ class PipelineEngine:
             if not self._changed.triggered:
                 self.env.succeed_late(self._changed)
             return
+        q = self._q
+        if q is not self.env and not q.busy:
+            q.now = self.env._now  # (called from outside the engine's events: at the simulation's time)
         change = self._changed
         if not change.triggered:
             change.triggered = True
-            change.key = (self._q.now, LATE, next(self.env._eid))
+            change.key = (q.now, LATE, next(self.env._eid))
             if change.waiters:
                 self._queue_fire(change)
 
@@ -265,19 +267,12 @@ class PipelineEngine:
         else:
             batch = Batch(slot, plan, start, encode_s, stage_s, plan_kind(plan), plan_request_ids(plan, sched),
                           engine_counters(sched))
-        event = self._q.call_at(start + (stage_s + encode_s), self._h_left0, batch)
-        if self._q is self.env:  # (a private queue's entries are not events)
-            self._leaving0 = (batch, event)
+        self._q.call_at(start + (stage_s + encode_s), self._h_left0, batch)
 
     def _left_stage0(self, batch: Batch) -> None:
-        self._leaving0 = None
-        if self._fast_forward and self._q is self.env:  # this event and the engine's next ones, ahead of the clock
-            if quiet_point(self):
-                run_ahead(self, batch)
-                return
-            if not (self.outside_events_stop or self._zero_pending):  # (fed by outside events, e_pd: they
-                run_private(self, self._left_stage0, batch)  # come too often to pay)
-                return
+        if self._fast_forward and self._ahead is None and quiet_point(self):
+            run_ahead(self, batch)  # this event and the engine's next ones, ahead of the clock
+            return
         q = self._q
         now = q.now
         self._release0()
@@ -296,18 +291,9 @@ class PipelineEngine:
         if act is None:
             act = self._activation_of(batch.plan.num_tokens)
         batch.done_at = pass_stages(self._stage_free, self.stage_busy_s, now, act, batch.stage_s, self.num_stages, log)
-        self._in_flight[batch.slot] = (batch, q.call_at(batch.done_at, self._h_done, batch))
+        q.call_at(batch.done_at, self._h_done, batch)
 
     def _done(self, batch: Batch) -> None:
-        del self._in_flight[batch.slot]
-        if self._fast_forward and self._q is self.env and not (self.outside_events_stop or self._zero_pending) \
-                and not reaches_outside(self, batch):  # this and the engine's next events, in its own queue
-            run_private(self, self._batch_out, batch)
-            return
-        self._batch_out(batch)
-
-    def _batch_out(self, batch: Batch) -> None:
-        """``batch`` left the last stage: apply it; its slot asks for stage 0 again."""
         self._complete(batch.plan, batch.start, batch.encode_s)
         self._ask(batch.slot)
 

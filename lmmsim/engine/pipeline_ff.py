@@ -1,45 +1,43 @@
-"""Fast-forward of a pipeline engine: its own events run ahead of the clock.
+"""Fast-forward of a pipeline engine: its own queue, merged with the simulation's.
 
-While every batch is decode-only and nothing can join (no waiting, prefilling
-or prefilled request), nothing outside the engine can change what it does
-until the next arrival: its events -- stage 0 granted to a slot, a batch
+A fast-forwarding engine keeps its events -- stage 0 granted to a slot, a batch
 leaving stage 0, a batch leaving the last stage, the change signal idle slots
-wait on -- only feed each other. :func:`run_ahead` then takes the engine's
-events out of the simulation's queue and runs them, with the engine's own
-handlers, in a plain loop on a private queue (:class:`AheadQueue`) whose
-events keep the keys (time, priority, event id) the simulation would give
-them, so they run in the order they would have. Two things differ from
-stepping, both exact while the conditions hold:
+wait on -- in a queue of its own (:class:`EngineQueue`), under the keys (time,
+priority, event id) the simulation would give them, drawn from its counter in
+the same order. The simulation sees one event per stretch of them: a wake at
+the first one's key. The wake runs the engine's events in key order, setting the
+clock to each, for as long as each comes before the simulation's next event (and
+before the barrier: the next arrival or the horizon) -- the very order of one
+queue, without SimPy's machinery per event. Anything outside that reaches the
+engine does so in an event of its own, which the merge puts in its place.
 
-* a decode batch is built from its cohort's counters (:meth:`Ahead.plan`: the
+Running ahead. While every batch is decode-only and nothing can join (no waiting,
+prefilling or prefilled request), nothing outside the engine can change what it
+does until the next arrival: its events only feed each other. :func:`run_ahead`
+then runs them with handlers of their own (:class:`Ahead`) past the simulation's
+other events, up to ``barrier`` (the next arrival or the horizon; for a pipeline
+fed by other events too, an e_pd one's embeddings, also the simulation's next event:
+:func:`first_outside_event`). Two things differ from stepping, both exact while the
+conditions hold:
+
+* a decode batch is built from its cohort's counters (:meth:`Ahead.granted`: the
   whole cohort, its KV blocks and attended context) and completed by noting
-  its end (:meth:`Ahead.completed`), instead of the scheduler's walk;
+  its end (:meth:`Ahead.done`), instead of the scheduler's walk;
 * the scheduler takes all those steps at once when the loop ends
   (:meth:`Ahead.commit`: each cohort advances over its step ends, the KV pool
   gives the blocks), before anything outside can look.
 
-The loop stops before the first event it may not run this way: one at or
-after ``barrier`` (the next arrival, or the horizon; for a pipeline fed by other
-events too, an e_pd one's embeddings, also the simulation's next event that is
-not the engine's own: :func:`first_outside_event`), a completion that
-finishes a request (``on_finish`` reaches outside), or a grant whose batch's
-KV blocks do not fit (the scheduler preempts). The events still queued go
-back to the simulation's queue under their keys. Tests compare runs with and
-without fast-forward bit for bit.
-
-Where a request may still join (one waits or is mid-prefill), :func:`run_private`
-runs the engine's events in the same private queue with the engine's own
-handlers, the scheduler's walk included: the same events under the same keys,
-without SimPy's machinery. It stops before the barrier, before a completion
-that reaches outside (:func:`reaches_outside`), and before a batch leaving
-stage 0 at a quiet point, whose event then starts :func:`run_ahead` from the
-simulation's queue. A pipeline fed by outside events (e_pd) does not use it:
-they come too often for it to pay.
+It stops before the first event it may not run this way: one at or after the
+barrier, a completion that finishes a request (``on_finish`` reaches outside), or
+a grant whose batch's KV blocks do not fit (the scheduler preempts); the events
+left go back to the engine's handlers under their keys. With every slot decoding
+or empty, :mod:`lmmsim.engine.pipeline_steady` takes the steps without events.
+Tests compare runs with and without fast-forward bit for bit.
 """
 
 from __future__ import annotations
 
-from heapq import heapify, heappop, heappush
+from heapq import heappop, heappush
 
 from lmmsim.engine.clock import LATE
 from lmmsim.engine.decode_cohort import decode_step_cost
@@ -50,22 +48,71 @@ from lmmsim.engine.scheduler import StepPlan
 NONE = ()  # a decode batch's chunks, encodes, cache hits and preemptions (read, never grown)
 
 
-class AheadQueue:
-    """The engine's events while it runs ahead: the simulation's interface, its own heap."""
+class EngineQueue:
+    """A fast-forwarding engine's events, merged with the simulation's by key (module docstring).
 
-    __slots__ = ("env", "now", "heap")
+    ``call_at`` / ``call_keyed`` are the simulation's; ``heap`` holds (when, priority, event id,
+    fn, value). Outside a run of its events (``busy``), a new first entry gets a wake: a
+    simulation event at its key (a superseded wake does nothing when it comes)."""
 
-    def __init__(self, env, entries: list):
+    __slots__ = ("env", "now", "heap", "busy", "barrier_at", "_wake_key", "_wakes")
+
+    def __init__(self, env, barrier_at):
         self.env = env
         self.now = env.now
-        self.heap = entries  # (when, priority, event id, fn, value)
-        heapify(entries)
+        self.heap: list = []
+        self.busy = False
+        self.barrier_at = barrier_at  # the next arrival or the horizon (the simulation's)
+        self._wake_key = None  # key of the current wake, if one is queued in the simulation
+        self._wakes: set = set()  # keys of the wakes queued there, superseded ones included
 
     def call_at(self, when: float, fn, value, priority: int = LATE):
         heappush(self.heap, (when, priority, next(self.env._eid), fn, value))
+        if not self.busy:
+            self._arm()
 
     def call_keyed(self, key: tuple, fn, value):
         heappush(self.heap, (*key, fn, value))
+        if not self.busy:
+            self._arm()
+
+    def _arm(self) -> None:
+        """The simulation holds a wake at the first entry's key (or an earlier one's). A wake has
+        its entry's key, so one for the same entry is never queued twice."""
+        key = self.heap[0][:3]
+        if self._wake_key is None or key < self._wake_key:
+            self._wake_key = key
+            if key not in self._wakes:
+                self._wakes.add(key)
+                self.env.call_keyed(key, self._wake, key)
+
+    def _wake(self, key: tuple) -> None:
+        self._wakes.discard(key)
+        if key != self._wake_key:
+            return  # superseded by an earlier wake, which ran this entry
+        self._wake_key = None
+        self.run()
+
+    def run(self) -> None:
+        """Run the entries in key order: the first (its wake's), then each that comes before the
+        simulation's next event and the barrier; then wake again at the next."""
+        env, heap, queue = self.env, self.heap, self.env._queue
+        limit = self.barrier_at()
+        self.busy = True
+        try:
+            while heap:
+                when, priority, eid, fn, value = heappop(heap)
+                self.now = env._now = when
+                fn(value)
+                if not heap:
+                    break
+                nxt = heap[0]
+                if nxt[0] >= limit or (queue and queue[0][:3] < nxt[:3]):
+                    break
+        finally:
+            self.busy = False
+        if heap:
+            self._arm()
 
 
 class Step:
@@ -98,7 +145,7 @@ class Ahead:
     context) and completed by noting when it ended; stage 0 and the change signal go through
     the engine's own code."""
 
-    def __init__(self, engine, queue: AheadQueue):
+    def __init__(self, engine, queue: EngineQueue):
         sched = engine.scheduler
         self.engine = engine
         self.sched = sched
@@ -182,7 +229,6 @@ class Ahead:
         cyclic collector would free (thousands of run-aheads' worth, traversed by every young
         collection, were most of a pipeline run's collector time)."""
         del self.h_granted, self.h_left0, self.h_done
-        self.queue.heap.clear()  # entries put back (their handlers hold this object too)
 
     def commit(self) -> None:
         """The scheduler takes the steps run ahead (no request finishes in them)."""
@@ -197,8 +243,8 @@ class Ahead:
 
 def quiet_point(engine) -> bool:
     """May ``engine`` run ahead from the batch leaving stage 0 now? Nothing can join, and
-    no grant or change event is waiting at this instant (only completions are queued, and
-    those can be taken out and put back under their keys)."""
+    no grant or change event is waiting at this instant (only completions are queued: the
+    run ahead handles them under their keys)."""
     sched = engine.scheduler
     return not (engine._zero_pending or sched.prefilling or sched.prefilled or len(sched.queue)) and all(
         len(c) <= sched.token_budget for c in sched.cohorts)  # a priority walk may evict decodes beyond it
@@ -206,87 +252,32 @@ def quiet_point(engine) -> bool:
 
 def run_ahead(engine, batch) -> None:
     """Run ``batch`` leaving stage 0 now and the engine's events after it, ahead of the clock."""
-    env = engine.env
-    queue = AheadQueue(env, [])
+    env, queue = engine.env, engine._q
     ahead = Ahead(engine, queue)
-    queued, barrier = _take_in_flight(engine, queue, ahead.h_done)
-    engine._q, engine._ahead = queue, ahead
+    _rehandle(queue, {engine._h_done: ahead.h_done})  # the completions queued (the only entries at a quiet point)
+    barrier = engine.barrier_at()
+    if engine.outside_events_stop:
+        barrier = min(barrier, first_outside_event(env, {}))
+    engine._ahead = ahead
     engine._h_granted, engine._h_left0, engine._h_done = ahead.h_granted, ahead.h_left0, ahead.h_done
     try:
         engine._left_stage0(batch)
         _loop(engine, queue, ahead, barrier)
     finally:
-        engine._q, engine._ahead = env, None
+        engine._ahead = None
         engine._h_granted, engine._h_left0, engine._h_done = engine._granted, engine._left_stage0, engine._done
     ahead.commit()
-    _put_back(engine, queue, {ahead.h_granted: engine._h_granted, ahead.h_left0: engine._h_left0,
-                              ahead.h_done: engine._h_done}, queued)
+    _rehandle(queue, {ahead.h_granted: engine._h_granted, ahead.h_left0: engine._h_left0,
+                      ahead.h_done: engine._h_done})
     ahead.close()
 
 
-def run_private(engine, handle, batch) -> None:
-    """Where something can still join (a request is waiting or mid-prefill): run ``handle(batch)``
-    (``batch`` leaving stage 0 or the last stage now; no zero-time event of the engine's waiting
-    at this instant) and the engine's events after it with the engine's own handlers, the
-    scheduler's walk included, in the private queue instead of the simulation's -- the same
-    events, under the same keys, only without SimPy's machinery. It stops before an outside
-    event may come (``barrier``), before a completion that reaches outside (:func:`reaches_outside`)
-    and before a batch leaving stage 0 at a quiet point, where :func:`run_ahead` takes over."""
-    env = engine.env
-    queue = AheadQueue(env, [])
-    queued, barrier = _take_in_flight(engine, queue, engine._h_done)
-    engine._q = queue
-    try:
-        handle(batch)
-        heap, done, left0 = queue.heap, engine._h_done, engine._h_left0
-        while heap:
-            when, _, _, fn, value = heap[0]
-            if when >= barrier or (fn is done and reaches_outside(engine, value)) or (
-                    fn is left0 and quiet_point(engine)):
-                break
-            heappop(heap)
-            queue.now = when
-            fn(value)
-    finally:
-        engine._q = env
-    _put_back(engine, queue, {}, queued)
-    queue.heap.clear()
-
-
-def reaches_outside(engine, batch) -> bool:
-    """Would completing ``batch`` reach outside the engine: finish a request (``on_finish``),
-    hand one off (a prefill-only engine) or give ``on_batch`` something to do (chunks consumed,
-    requests preempted)?"""
-    plan, sched = batch.plan, engine.scheduler
-    if engine.on_batch is not None and (plan.chunks or plan.preempted):
-        return True
-    if sched.cohorts[plan.slot].steps_to_next_finish() == 1:  # a member's last token
-        return True
-    for seq, n, _ in plan.chunks:  # a prefill's last chunk samples the first token
-        if seq.num_computed + n == seq.num_tokens and (
-                sched.prefill_only or seq.num_generated + 1 >= seq.request.num_output_tokens):
-            return True
-    return False
-
-
-def _take_in_flight(engine, queue: AheadQueue, done) -> tuple[dict, float]:
-    """Move the completions already in the simulation's queue into ``queue`` (handled by
-    ``done``), and the batch in stage 0's leaving it (by the engine's handler: a run from a
-    completion); returns them by event id (with their callbacks) and the barrier."""
-    env = engine.env
-    queued = {}  # event id -> (event already in the simulation's queue, its callbacks)
-    moved = [(done, b, e) for b, e in engine._in_flight.values()]
-    if engine._leaving0 is not None:
-        moved.append((engine._h_left0, *engine._leaving0))
-    for fn, batch, event in moved:
-        queued[event.key[2]] = (event, event.callbacks)
-        event.callbacks = []  # it runs in the private queue instead (unless it is still there at the end)
-        queue.heap.append((*event.key, fn, batch))
-    heapify(queue.heap)
-    barrier = engine.barrier_at()
-    if engine.outside_events_stop:
-        barrier = min(barrier, first_outside_event(env, queued))
-    return queued, barrier
+def _rehandle(queue: EngineQueue, real: dict) -> None:
+    """The queued entries under their keys, with the handler ``real`` maps theirs to (a batch run
+    ahead as the engine's own): the keys do not change, so neither does the heap's order."""
+    queue.heap[:] = [(when, priority, eid, real[fn], value.batch(Batch) if isinstance(value, Step) else value)
+                     if fn in real else (when, priority, eid, fn, value)
+                     for when, priority, eid, fn, value in queue.heap]
 
 
 def first_outside_event(env, own: dict) -> float:
@@ -306,28 +297,7 @@ def first_outside_event(env, own: dict) -> float:
     return float("inf")
 
 
-def _put_back(engine, queue: AheadQueue, real: dict, queued: dict) -> None:
-    """The events still queued go back to the simulation's queue under their keys (``real``:
-    the engine's handler for each run-ahead one)."""
-    env = engine.env
-    engine._in_flight.clear()  # the batches past stage 0 are those whose completion is still queued
-    engine._leaving0 = None
-    for when, priority, eid, fn, value in queue.heap:
-        fn = real.get(fn, fn)
-        if eid in queued:  # never left the simulation's queue: it runs there after all
-            event, callbacks = queued[eid]
-            event.callbacks = callbacks
-        else:
-            if isinstance(value, Step):
-                value = value.batch(Batch)
-            event = env.call_keyed((when, priority, eid), fn, value)
-        if fn is engine._h_done:
-            engine._in_flight[value.slot] = (value, event)
-        elif fn is engine._h_left0:
-            engine._leaving0 = (value, event)
-
-
-def _loop(engine, queue: AheadQueue, ahead: Ahead, barrier: float) -> None:
+def _loop(engine, queue: EngineQueue, ahead: Ahead, barrier: float) -> None:
     heap = queue.heap
     done, granted = ahead.h_done, ahead.h_granted
     finish_step = ahead.finish_step
