@@ -30,8 +30,9 @@ from lmmsim.costmodel.npmodels import ForestModel
 def list_walk(forest: ForestModel):
     """The one-row walk before numpy's: every tree in turn over flat Python lists."""
     inner = forest.left >= 0
-    roots, left = forest.offsets.tolist(), np.where(inner, forest._left_g, -1).tolist()
-    right, feature = forest._right_g.tolist(), forest.feature.tolist()
+    base = np.repeat(forest.offsets, np.diff(forest.offsets, append=len(forest.left)))  # global node indices
+    roots, left = forest.offsets.tolist(), np.where(inner, forest.left + base, -1).tolist()
+    right, feature = (forest.right + base).tolist(), forest.feature.tolist()
     threshold, value = forest.threshold.tolist(), forest.value.tolist()
 
     def walk(x) -> float:

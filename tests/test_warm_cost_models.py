@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 
 from lmmsim import catalog
-from lmmsim.costmodel import fitcache
+from lmmsim.costmodel import fitcache, fitstore
 from lmmsim.costmodel.fitted import FittedPredictor, extrapolated_share
 from lmmsim.costmodel.npmodels import ForestModel
 from lmmsim.results import run_scenario
@@ -151,6 +151,55 @@ def test_prefetched_elementwise_calls_equal_calls_made_one_by_one(fit_folder):
     cold = FittedPredictor(fit_folder, gpu)
     assert [cold.elementwise_s(b, op) for b, op in calls] == fast
     assert _counters(warm) == _counters(cold)
+
+
+def _forests(fit):
+    """Every forest of a loaded fit, per class and per op: ``{(class, op): LoadedClass}``."""
+    out = {}
+    for c, lc in fit.classes.items():
+        for op, sub in [(None, lc), *lc.per_op.items()]:
+            if sub.kind == "forest":
+                out[(c, op)] = sub
+    return out
+
+
+def test_a_forest_is_read_when_first_called_and_predicts_as_one_read_eagerly(fit_folder):
+    gpu = catalog.get_gpu(GPU)
+    link = next(iter(gpu.links.values()))
+    fitcache.clear()
+    lazy = FittedPredictor(fit_folder, gpu, link)
+    assert all(isinstance(lc.source, Path) for lc in _forests(lazy.fit).values())  # nothing read yet
+    calls = [c for c in _calls(2) if c[0] in ("attention_prefill_s", "p2p_s")]
+    values = [getattr(lazy, name)(*args) for name, args in calls]
+    read = {k for k, lc in _forests(lazy.fit).items() if not isinstance(lc.source, Path)}
+    assert read == {("attention_prefill", None), ("p2p", None)}  # only the classes called
+    fitcache.clear()
+    eager = FittedPredictor(fit_folder, gpu, link)
+    for lc in _forests(eager.fit).values():
+        assert isinstance(lc.model, ForestModel)  # read before any call
+    assert [getattr(eager, name)(*args) for name, args in calls] == values
+    assert _counters(eager) == _counters(lazy)
+    assert [getattr(eager, name)(*args) for name, args in _calls(3)] == [
+        getattr(lazy, name)(*args) for name, args in _calls(3)]
+    assert _counters(eager) == _counters(lazy)
+
+
+def test_a_forest_read_from_its_zip_equals_np_load(fit_folder):
+    for path in sorted(fit_folder.glob("*.forest.npz")):
+        forest = fitstore.read_forest(path)
+        with np.load(path, allow_pickle=False) as arrays:
+            for name, attr in (("tree_offsets", "offsets"), ("children_left", "left"), ("children_right", "right"),
+                               ("feature", "feature"), ("threshold", "threshold"), ("value", "value")):
+                mine, theirs = getattr(forest, attr), arrays[name]
+                assert np.array_equal(mine, theirs) and mine.dtype.kind == theirs.dtype.kind, (path.name, name)
+
+
+def test_a_missing_forest_file_fails_when_the_fit_loads(fit_folder, tmp_path):
+    copy = tmp_path / "fit"
+    shutil.copytree(fit_folder, copy)
+    (copy / "p2p.forest.npz").unlink()
+    with pytest.raises(FileNotFoundError, match="p2p"):
+        fitstore.load_fit(copy)
 
 
 def test_one_worker_pool_serves_every_execution_inside_shared_pool():

@@ -140,10 +140,16 @@ class _Memo:
     calls of a forest in one pass (the same floats as one at a time)."""
 
     def __init__(self, op_class: str, lc: LoadedClass, memo: dict | None = None):
-        self.ev = evaluator(op_class, lc)
+        self.op_class, self.lc = op_class, lc
         self.memo: dict = {} if memo is None else memo  # SharedFit's (filled from the disk entry)
-        self._rows = _row_fn(op_class, lc) if lc.kind == "forest" and not lc.derived_from else None
-        self._forest = lc.model
+        # The evaluator is built on the first miss: a predictor makes a memo for every class
+        # and op, and building it reads a forest's arrays (LoadedClass.model) a run may never use.
+        self.ev = self._first
+        self._rows = None  # fill's row function (a forest's), made on its first use
+
+    def _first(self, *args):
+        self.ev = evaluator(self.op_class, self.lc)
+        return self.ev(*args)
 
     def __call__(self, *args):
         key = (args, tuple(map(type, args)))  # 2 and 2.0 may evaluate differently in a feature
@@ -166,19 +172,23 @@ class _Memo:
             return
         if len(memo) + len(todo) >= SHARED_MEMO_LIMIT:
             memo.clear()
-        if self._rows is None:
+        lc = self.lc
+        if lc.kind != "forest" or lc.derived_from:
             for key, args in todo.items():
                 memo[key] = self.ev(*args)
             return
+        if self._rows is None:
+            self._rows = _row_fn(self.op_class, lc)
+        rows_of = self._rows
         forest_keys, rows = [], []
         for key, args in todo.items():
-            row = self._rows(*args)  # (features, flag) for the forest, else the finished (seconds, flag)
+            row = rows_of(*args)  # (features, flag) for the forest, else the finished (seconds, flag)
             if isinstance(row[0], list):
                 forest_keys.append((key, row[1]))
                 rows.append(row[0])
             else:
                 memo[key] = row
-        for (key, flag), t in zip(forest_keys, self._forest.scalar_many(rows)):
+        for (key, flag), t in zip(forest_keys, lc.model.scalar_many(rows)):
             memo[key] = (t, flag)
 
 

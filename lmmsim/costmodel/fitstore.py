@@ -27,8 +27,10 @@ naming the profile each was fitted on).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -124,23 +126,41 @@ class LoadedClass:
 
     ``per_op`` (elementwise): a LoadedClass per canonical op that has its own
     model; this one is then the pooled model, for every other op.
+
+    A forest's arrays are read from its ``.npz`` on the first use of :attr:`model`, not
+    when the fit loads: a run calls a few of a fit's classes (a dense bf16 model none of
+    the FP8 / MoE ones), and reading the arrays is most of a fit's loading time.
     """
 
     op_class: str
     kind: str  # roofline | poly | forest
     estimator_name: str
     features: tuple[str, ...]
-    model: object  # RooflineModel | PolyModel | ForestModel
+    source: object  # the model (RooflineModel | PolyModel), or a forest's .npz path until read
     roofline: RooflineModel
     derived_from: str | None
     metrics: dict
     feature_ranges: dict
     per_op: dict[str, LoadedClass] = field(default_factory=dict)
     domain: dict | None = None  # None: a derived class, or a fit saved before domains
+    _check: DomainCheck | None = field(default=None, repr=False, compare=False)  # domain_check()'s, made once
+
+    @property
+    def model(self):
+        """The model (RooflineModel | PolyModel | ForestModel); a forest's arrays read now if not yet."""
+        if isinstance(self.source, Path):
+            self.source = read_forest(self.source)
+        return self.source
 
     def domain_check(self) -> DomainCheck:
         """Where this model's data lie: the saved domain, else (older fits) the box of
-        ``feature_ranges`` over its features; a derived class has no data here (nothing inside)."""
+        ``feature_ranges`` over its features; a derived class has no data here (nothing inside).
+        Made on the first call and kept (a check never changes)."""
+        if self._check is None:
+            self._check = self._make_check()
+        return self._check
+
+    def _make_check(self) -> DomainCheck:
         if self.domain is not None:
             return DomainCheck(self.domain)
         if self.derived_from or not self.feature_ranges:
@@ -176,6 +196,25 @@ class LoadedClass:
         return pred
 
 
+def read_forest(path: Path) -> ForestModel:
+    """The forest saved at ``path`` (:func:`_save_forest`'s arrays; no pickle).
+
+    Each array is inflated in one piece and used in place (read-only), where ``np.load``
+    inflates and copies it in 256 KB chunks: the same arrays, the zip's CRC checked alike."""
+    arrays = {}
+    with zipfile.ZipFile(path) as zf:
+        for name in zf.namelist():
+            data = zf.read(name)
+            header = io.BytesIO(data)
+            version = np.lib.format.read_magic(header)
+            shape, fortran, dtype = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                                     else np.lib.format.read_array_header_2_0)(header)
+            if dtype.hasobject or fortran or len(shape) != 1:
+                raise ValueError(f"{path}: {name} is not a flat array of numbers")
+            arrays[name.removesuffix(".npy")] = np.frombuffer(data, dtype, shape[0], header.tell())
+    return ForestModel(arrays)
+
+
 @dataclass
 class LoadedFit:
     gpu: str
@@ -193,8 +232,9 @@ def _load_entry(folder: Path, op_class: str, entry: dict, peaks: tuple) -> Loade
     elif kind == "poly":
         model, roof = PolyModel(entry["params"]), RooflineModel(entry["roofline"])
     elif kind == "forest":
-        with np.load(folder / entry["params"]["file"], allow_pickle=False) as arrays:
-            model = ForestModel(arrays)
+        model = folder / entry["params"]["file"]  # read on first use (LoadedClass.model)
+        if not model.is_file():
+            raise FileNotFoundError(f"{folder / 'model.json'}: {op_class}: no forest file {model.name}")
         roof = RooflineModel(entry["roofline"])
     else:
         raise ValueError(f"{folder / 'model.json'}: {op_class}: unknown kind {kind!r}")

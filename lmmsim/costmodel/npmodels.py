@@ -119,46 +119,58 @@ class ForestModel:
     steps, and about two thirds warm (``python bench/forest_walk.py``, H100 prefill
     attention, 40 trees of depth 12: 145 vs 373 us a cold call, 30 vs 49 us warm). Neither
     changes a prediction: the same tests, the trees' values summed in tree order.
+
+    The walk's arrays (:meth:`_walk_arrays`) are derived on the first prediction, not
+    when the forest is read: derived eagerly, a fit's twelve forests cost a run ~50 ms
+    of memory writes before its first step, for classes it may never call.
     """
 
     def __init__(self, arrays):
         self.offsets = np.asarray(arrays["tree_offsets"], np.int64)
-        self.left = np.asarray(arrays["children_left"], np.int64)
-        self.right = np.asarray(arrays["children_right"], np.int64)
-        self.feature = np.asarray(arrays["feature"], np.int64)
+        self.left = np.asarray(arrays["children_left"])
+        self.right = np.asarray(arrays["children_right"])
+        self.feature = np.asarray(arrays["feature"])
         self.threshold = np.asarray(arrays["threshold"], float)
         self.value = np.asarray(arrays["value"], float)
-        n = len(self.left)
-        tree = np.repeat(np.arange(len(self.offsets)), np.diff(np.append(self.offsets, n)))
-        base = self.offsets[tree]
-        leaf = self.left < 0
-        own = np.arange(n, dtype=np.int64)
-        self._left_g = np.where(leaf, own, self.left + base)
-        self._right_g = np.where(leaf, own, self.right + base)
-        self._feature_g = np.where(leaf, 0, self.feature)
-        self._depth = self._max_depth()
-        self._doubled = None  # scalar_s's arrays, built on its first call
+        self._walk = None  # _walk_arrays(), built on the first prediction (a loaded class may never predict)
 
-    def _max_depth(self) -> int:
-        """Edges on the longest root-to-leaf path of any tree (the descents :meth:`predict_s` needs)."""
-        depth = 0
-        node = self.offsets.copy()
-        while True:
-            inner = self.left[node] >= 0
-            if not inner.any():
-                return depth
-            node = np.concatenate([self._left_g[node[inner]], self._right_g[node[inner]]])
-            depth += 1
+    def _walk_arrays(self) -> tuple:
+        """``(children, feature, threshold, roots, depth)``: the flat arrays both walks descend.
+        A node ``i`` sits at doubled index ``2 i``, so that ``children[2 i + (x <= threshold)]``
+        is the doubled index of the child taken (a leaf is its own child; its test reads input 0
+        and is discarded), ``feature`` and ``threshold`` hold node ``i`` at ``2 i`` and ``2 i + 1``,
+        and ``depth`` descents bring every root to its leaf; a leaf's value is ``value[node >> 1]``.
+        (Built on the first prediction; the arrays are written once, in place, as fresh memory
+        costs a page fault per 4 KB: the doubled values read once per walk are left single.)"""
+        n = len(self.left)
+        children = np.empty(2 * n, np.int64)
+        right, left = children[0::2], children[1::2]
+        base = np.repeat(self.offsets, np.diff(self.offsets, append=n))  # each node's tree's first node
+        np.add(self.right, base, out=right)
+        np.add(self.left, base, out=left)
+        leaves = np.flatnonzero(self.left < 0)
+        right[leaves] = leaves
+        left[leaves] = leaves
+        children <<= 1
+        feature = np.empty(2 * n, np.int64)
+        np.maximum(self.feature, 0, out=feature[0::2], casting="unsafe")
+        feature[1::2] = feature[0::2]
+        roots = 2 * self.offsets
+        return children, feature, self.threshold.repeat(2), roots, _depth(roots, children)
 
     def _leaf_totals(self, X32: np.ndarray) -> np.ndarray:
         """Per row of float32-rounded inputs, the sum of its leaf values over the trees, in tree order."""
-        cols = np.arange(len(X32))[None, :]
-        node = np.repeat(self.offsets[:, None], len(X32), axis=1)  # (trees, rows)
-        for _ in range(self._depth):
-            go_left = X32[cols, self._feature_g[node]] <= self.threshold[node]
-            node = np.where(go_left, self._left_g[node], self._right_g[node])
-        total = np.zeros(len(X32))
-        for v in self.value[node]:  # tree by tree, as the trees were summed one at a time
+        if self._walk is None:
+            self._walk = self._walk_arrays()
+        children, feature, threshold, roots, depth = self._walk
+        rows, width = X32.shape
+        flat = np.ascontiguousarray(X32).ravel()
+        at = np.tile(np.arange(0, rows * width, width), len(roots))  # (tree, row) -> its row's first input
+        node = np.repeat(roots, rows)  # (tree, row) pairs, tree-major
+        for _ in range(depth):
+            node = children.take(node + (flat.take(at + feature.take(node)) <= threshold.take(node)))
+        total = np.zeros(rows)
+        for v in self.value.take(node >> 1).reshape(len(roots), rows):  # tree by tree, as the trees were summed
             total += v
         return total
 
@@ -185,25 +197,17 @@ class ForestModel:
         return np.exp(total / len(self.offsets))
 
     def scalar_s(self, x) -> float:
-        if self._doubled is None:
-            self._doubled = self._doubled_arrays()
-        children, feature, threshold, value, roots = self._doubled
+        if self._walk is None:
+            self._walk = self._walk_arrays()
+        children, feature, threshold, roots, depth = self._walk
         x32 = np.array(x, np.float32).astype(float)
         node = roots
-        for _ in range(self._depth):
+        for _ in range(depth):
             node = children[node + (x32[feature[node]] <= threshold[node])]
         total = 0.0
-        for v in value[node].tolist():  # tree by tree, as the trees were summed one at a time
+        for v in self.value[node >> 1].tolist():  # tree by tree, as the trees were summed one at a time
             total += v
         return math.exp(total / len(roots))
-
-    def _doubled_arrays(self) -> tuple:
-        """The flat arrays of :meth:`scalar_s`, every node at index ``2 * node`` and ``2 * node + 1``:
-        ``children[2 * node + (x <= threshold)]`` is then the doubled index of the child taken."""
-        children = np.empty(2 * len(self.left), np.int64)
-        children[0::2], children[1::2] = 2 * self._right_g, 2 * self._left_g
-        return (children, np.repeat(self._feature_g, 2), np.repeat(self.threshold, 2),
-                np.repeat(self.value, 2), 2 * self.offsets)
 
     def scalar_many(self, rows) -> list[float]:
         """``[scalar_s(x) for x in rows]`` in one vectorised descent, the very same floats: the
@@ -227,3 +231,15 @@ class ForestModel:
                 node = left[node] if x[feature[node]] <= threshold[node] else right[node]
             total += value[node]
         return math.exp(total / len(ends))
+
+
+def _depth(roots, children) -> int:
+    """Edges on the longest root-to-leaf path of any tree (doubled indices, as in
+    :meth:`ForestModel._walk_arrays`: a leaf ``i`` has ``children[i] == i``)."""
+    depth, node = 0, roots
+    while True:
+        node = node[children[node] != node]
+        if not len(node):
+            return depth
+        node = np.concatenate((children[node], children[node + 1]))
+        depth += 1
