@@ -53,6 +53,25 @@ def test_fast_forest_paths_equal_the_straightforward_ones(fit_folder, name):
     assert len(np.unique(fast)) > 20  # the inputs reach many leaves (the comparison means something)
 
 
+@pytest.mark.parametrize("name", ["p2p", "elementwise", "elementwise.act", "elementwise.norm"])
+def test_a_one_input_forest_read_as_steps_equals_its_walk(fit_folder, name):
+    forest = fitstore.read_forest(fit_folder / f"{name}.forest.npz")
+    cuts = np.unique(forest.threshold[forest.left >= 0]).astype(np.float32)
+    below, above = np.nextafter(cuts, np.float32(-np.inf)), np.nextafter(cuts, np.float32(np.inf))
+    rng = np.random.default_rng(3)
+    x = np.concatenate([cuts, below, above, rng.uniform(cuts[0] - 3, cuts[-1] + 3, 300),
+                        [-np.inf, np.inf, np.nan, 1e30, -1e30, 0.0]]).astype(float)
+    steps = [forest.scalar_s([v]) for v in x]
+    assert forest._steps is not None  # answered by the step table, not a walk
+    walked = fitstore.read_forest(fit_folder / f"{name}.forest.npz")
+    walked._prepare()
+    walked._steps = None  # the one-row walk of any forest
+    assert steps == [walked.scalar_s([v]) for v in x]
+    assert steps[::7] == [forest.scalar_s_reference([v]) for v in x[::7]]  # the tree-by-tree walk
+    assert forest.scalar_many([[v] for v in x]) == steps
+    assert len(set(steps)) > 20
+
+
 def test_a_gemm_block_equals_the_dataframe_path(fit_folder):
     gpu = catalog.get_gpu(GPU)
     pred = FittedPredictor(fit_folder, gpu)
