@@ -321,3 +321,45 @@ def test_forest_decode_is_interpolated_between_memoised_grid_points():
     i = math.floor(math.log2(3000) * steps)
     lo, hi = exact(8, 2 ** (i / steps), 28, 4, 128), exact(8, 2 ** ((i + 1) / steps), 28, 4, 128)
     assert min(lo, hi) <= predictor.attention_decode_s(8, 3000, 28, 4, 128) <= max(lo, hi)
+
+
+def _prefill_calls(n: int, seed: int) -> list[tuple]:
+    """Prefill attention calls of every argument type a predictor sees (ints, floats, bools, numpy scalars)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        new = int(rng.integers(1, 40000))
+        context = new + int(rng.choice([0, rng.integers(0, 60000)]))
+        heads = int(rng.choice([8, 16, 28, 40, 64, 1360, 5120]))
+        kv = heads // int(rng.choice([1, 2, 4, 8]))
+        call = [new, context, heads, max(kv, 1), int(rng.choice([64, 72, 80, 96, 128, 256])), bool(rng.integers(2))]
+        kind = rng.integers(4)
+        if kind == 1:
+            call[:2] = [float(call[0]), float(call[1])]
+        elif kind == 2:
+            call[0], call[1] = np.int64(call[0]), np.float64(call[1])
+        elif kind == 3:
+            call[5] = int(call[5])
+        out.append(tuple(call))
+    return out
+
+
+def test_prefill_features_of_one_call_are_those_of_the_general_function():
+    spec = CLASSES["attention_prefill"]
+    assert spec.call_features() is spec.scalar_features is not spec.features
+    for call in _prefill_calls(3000, 11):
+        fast, general = spec.scalar_features(*call), spec.features(*call)
+        assert list(fast) == list(general), call
+        assert [(type(v), repr(v)) for v in fast.values()] == [(type(v), repr(v)) for v in general.values()], call
+
+
+@pytest.mark.parametrize("gpu_name", ["h100-sxm-80gb", "a100-sxm-80gb"])
+def test_a_domain_check_of_one_call_agrees_with_the_frame_check(gpu_name):
+    gpu = catalog.get_gpu(gpu_name)
+    fit = FittedPredictor(catalog.profiles_dir() / gpu.fitted_profile, gpu).fit
+    calls = _prefill_calls(3000, 12)
+    frame = pd.DataFrame([c[:5] + (bool(c[5]),) for c in calls], columns=opdata.SHAPE_COLUMNS["attention_prefill"])
+    check = fit.classes["attention_prefill"].domain_check()
+    one = [check.inside(CLASSES["attention_prefill"].call_features()(*c)) for c in calls]
+    assert one == check.inside_frame(class_features("attention_prefill", frame)).tolist()
+    assert 20 < sum(one) < len(one) - 20  # both sides of the boundary

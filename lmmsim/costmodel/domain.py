@@ -89,6 +89,29 @@ class DomainCheck:
         self._by_tuple = {self._parse(k): v for k, v in self._boxes.items()}
         if not self._cells and self._octave is None:  # one box: no key to build
             self.inside = self._inside_one_box
+        else:
+            self.inside = self._cell_inside()
+
+    def _cell_inside(self):
+        """:meth:`inside` for a domain of cells, as a closure over its parts (it runs on every
+        memo miss of an attention class: no attribute look-ups, no second call for the box)."""
+        cells, octave, box, by_tuple = self._cells, self._octave, self._box, self._by_tuple
+        floor, ln2 = math.floor, _LN2
+
+        def inside(f: dict) -> bool:
+            key = tuple([round(f[c], 6) for c in cells])
+            if octave is not None:
+                key += (floor(f[octave] / ln2 + 1e-9),)
+            bounds = by_tuple.get(key)
+            if bounds is None:
+                return False
+            for nm, (lo, hi) in zip(box, bounds):
+                v = f[nm]
+                if v < lo or v > hi:
+                    return False
+            return True
+
+        return inside
 
     def _inside_one_box(self, f: dict) -> bool:
         return self._within(f, self._boxes.get(""))

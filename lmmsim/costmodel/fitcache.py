@@ -195,7 +195,7 @@ class _Memo:
 def _row_fn(op_class: str, lc: LoadedClass):
     """For a forest: ``f(*args) -> (feature row, flag)`` when the forest answers the call, else
     its ``(seconds, flag)`` from the fitted roofline (the rules of :func:`evaluator`)."""
-    features = CLASSES[op_class].features
+    features = CLASSES[op_class].call_features()
     inside = lc.domain_check().inside
     names, roof_s = lc.features, lc.roofline.time_s
 
@@ -213,7 +213,7 @@ def evaluator(op_class: str, lc: LoadedClass):
     :mod:`lmmsim.costmodel.fitted` (derived: uncounted; outside the domain: the fitted
     roofline for a forest or an attention class, else the model itself)."""
     spec = CLASSES[op_class]
-    work, features = spec.work, spec.features
+    work, features = spec.work, spec.call_features()
     inside = lc.domain_check().inside
     if lc.kind == "roofline" and lc.derived_from and lc.model.num_sms is None:
         time_s = lc.model.time_s  # derived, no occupancy term: no data here, wholly extrapolated
