@@ -164,3 +164,15 @@ def test_a_text_request_pays_tokenisation_only():
     assert pool.cost_s(seq) == pytest.approx(at_2048 * 1e-3, rel=1e-12)
     image = model.image_item(448, 448)
     assert costs.item_s(image) > 0 and costs.item_s(image, processed=True) < costs.item_s(image)
+
+
+def test_a_profile_groups_its_rows_as_pandas_groupby_does():
+    from lmmsim.costmodel.host_costs import _groups
+
+    df = pd.DataFrame({"family": ["b", "a", "b", None, "a", "c", "a"],
+                       "width": [448, 384, 448, 448, float("nan"), 1024, 384],
+                       "time_ms": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]})
+    for columns in (["family"], ["family", "width"], ["width"]):
+        expected = {(k if isinstance(k, tuple) else (k,)): list(g.index) for k, g in df.groupby(columns)}
+        mine = _groups(df, columns)
+        assert list(mine) == list(expected) and mine == expected, columns

@@ -88,10 +88,9 @@ class HostProfile:
             if not path.is_file():
                 continue
             df = pd.read_csv(path)
-            self.curves[op] = {
-                tuple(key if isinstance(key, tuple) else (key,)): Curve(g[x], g["time_ms"], slopes.get((op, _norm(key)), 0.0))
-                for key, g in df.groupby(groups)
-            }
+            xs, ys = df[x].to_numpy(), df["time_ms"].to_numpy()
+            self.curves[op] = {key: Curve(xs[rows], ys[rows], slopes.get((op, _norm(key)), 0.0))
+                               for key, rows in _groups(df, groups).items()}
             if op == "video_decode":
                 self.video_pixels = {int(w): int(p) for w, p in zip(df["width"], df["pixels"])}
         meta = self.folder / "meta.json"
@@ -113,6 +112,19 @@ class HostProfile:
 
     def groups(self, op: str) -> list[tuple]:
         return sorted(self.curves.get(op, {}))
+
+
+def _groups(df: pd.DataFrame, columns: list[str]) -> dict[tuple, list[int]]:
+    """The row positions of each distinct value of ``columns``, keys sorted, rows in file order,
+    rows with a missing value left out: ``df.groupby(columns)``'s groups, without its machinery
+    (a fifth of a run's build, for a handful of rows per file)."""
+    values = [df[c].tolist() for c in columns]
+    missing = [df[c].isna().tolist() for c in columns]
+    rows: dict[tuple, list[int]] = {}
+    for i, key in enumerate(zip(*values)):
+        if not any(m[i] for m in missing):
+            rows.setdefault(key, []).append(i)
+    return {key: rows[key] for key in sorted(rows)}
 
 
 def _norm(key) -> tuple:
