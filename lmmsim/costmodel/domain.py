@@ -22,6 +22,7 @@ while one beyond the smallest or largest measured size stays outside (``log_new_
 from __future__ import annotations
 
 import math
+from operator import itemgetter
 
 import numpy as np
 
@@ -94,12 +95,21 @@ class DomainCheck:
 
     def _cell_inside(self):
         """:meth:`inside` for a domain of cells, as a closure over its parts (it runs on every
-        memo miss of an attention class: no attribute look-ups, no second call for the box)."""
+        memo miss of an attention class: no attribute look-ups, no second call for the box).
+        A cell's rounded values are memoised by the call's values (a call's cell features take
+        a few values in a run, and ``round(x, 6)`` is a decimal conversion)."""
         cells, octave, box, by_tuple = self._cells, self._octave, self._box, self._by_tuple
         floor, ln2 = math.floor, _LN2
+        values = itemgetter(*cells) if len(cells) > 1 else (lambda f: tuple([f[c] for c in cells]))
+        rounded: dict[tuple, tuple] = {}
 
         def inside(f: dict) -> bool:
-            key = tuple([round(f[c], 6) for c in cells])
+            raw = values(f)
+            key = rounded.get(raw)
+            if key is None:
+                if len(rounded) >= 4096:  # NaN never hits: keep it bounded
+                    rounded.clear()
+                key = rounded[raw] = tuple([round(v, 6) for v in raw])
             if octave is not None:
                 key += (floor(f[octave] / ln2 + 1e-9),)
             bounds = by_tuple.get(key)

@@ -59,7 +59,12 @@ class RooflineModel:
         return tc, tm
 
     def time_s(self, flops: float, nbytes: float, count: float = 1.0, ctas: float | None = None) -> float:
-        tc, tm = self.terms(flops, nbytes, ctas)
+        # terms() and occupancy() inlined, the same expressions: every outside-the-data call of a
+        # forest or attention class ends here (prefill attention's chunked calls, mostly)
+        if self.num_sms and ctas is not None:
+            nbytes = nbytes / min(1.0, max(ctas, 1.0) / self.num_sms)
+        tc = (flops + self._c_half) / self._c_rate if (flops > 0 and self.uses_compute) else 0.0
+        tm = (nbytes + self._m_half) / self._m_rate if nbytes > 0 else 0.0
         return (tc if tc > tm else tm) + self._launch * count
 
     def compute_bound(self, flops: float, nbytes: float, ctas: float | None = None) -> bool:
