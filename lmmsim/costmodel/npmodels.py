@@ -145,15 +145,15 @@ class ForestModel:
         """On the first prediction: the walk's arrays, and the step table of a one-input forest."""
         self._walk = self._walk_arrays()
         inner = self.left >= 0
-        inputs = self.feature[inner]
-        if len(inputs) and inputs.min() == inputs.max():
-            self._steps = _Steps(self, int(inputs[0]), np.unique(self.threshold[inner]).tolist())
+        first = int(self.feature[inner.argmax()])  # an inner node's input (any node's, when none is inner)
+        if inner.any() and not (inner & (self.feature != first)).any():
+            self._steps = _Steps(self, first, np.unique(self.threshold[inner]).tolist())
 
     def _walk_arrays(self) -> tuple:
         """``(children, feature, threshold, roots, depth)``: the flat arrays both walks descend.
         A node ``i`` sits at doubled index ``2 i``, so that ``children[2 i + (x <= threshold)]``
         is the doubled index of the child taken (a leaf is its own child; its test reads input 0
-        and is discarded), ``feature`` and ``threshold`` hold node ``i`` at ``2 i`` and ``2 i + 1``,
+        and is discarded), ``feature`` and ``threshold`` hold node ``i`` at ``2 i``,
         and ``depth`` descents bring every root to its leaf; a leaf's value is ``value[node >> 1]``.
         (Built on the first prediction; the arrays are written once, in place, as fresh memory
         costs a page fault per 4 KB: the doubled values read once per walk are left single.)"""
@@ -167,11 +167,13 @@ class ForestModel:
         right[leaves] = leaves
         left[leaves] = leaves
         children <<= 1
-        feature = np.empty(2 * n, np.int64)
+        # A walk's node index is always even (the roots and every child are doubled indices), so
+        # only the even places of feature and threshold are ever read: the odd ones stay unwritten.
+        feature, threshold = np.empty(2 * n, np.int64), np.empty(2 * n)
         np.maximum(self.feature, 0, out=feature[0::2], casting="unsafe")
-        feature[1::2] = feature[0::2]
+        threshold[0::2] = self.threshold
         roots = 2 * self.offsets
-        return children, feature, self.threshold.repeat(2), roots, _depth(roots, children)
+        return children, feature, threshold, roots, _depth(roots, children)
 
     def _leaf_totals(self, X32: np.ndarray) -> np.ndarray:
         """Per row of float32-rounded inputs, the sum of its leaf values over the trees, in tree order."""
