@@ -363,3 +363,20 @@ def test_a_domain_check_of_one_call_agrees_with_the_frame_check(gpu_name):
     one = [check.inside(CLASSES["attention_prefill"].call_features()(*c)) for c in calls]
     assert one == check.inside_frame(class_features("attention_prefill", frame)).tolist()
     assert 20 < sum(one) < len(one) - 20  # both sides of the boundary
+
+
+def test_a_one_box_domain_check_of_one_call_agrees_with_the_frame_check():
+    gpu = catalog.get_gpu("h100-sxm-80gb")
+    fit = FittedPredictor(catalog.profiles_dir() / gpu.fitted_profile, gpu).fit
+    rng = np.random.default_rng(13)
+    sizes = np.exp(rng.uniform(0, 30, 2000)).round()
+    calls = {"gemm": [(int(m), int(n), int(k)) for m, n, k in rng.integers(1, 60000, (2000, 3))],
+             "p2p": [(float(b),) for b in sizes], "elementwise": [(float(b),) for b in sizes]}
+    checks = [("gemm", fit.classes["gemm"]), ("p2p", fit.classes["p2p"]), ("elementwise", fit.classes["elementwise"]),
+              *(("elementwise", sub) for sub in fit.classes["elementwise"].per_op.values())]
+    for op_class, lc in checks:
+        check = lc.domain_check()
+        frame = pd.DataFrame(calls[op_class], columns=opdata.SHAPE_COLUMNS[op_class])
+        one = [check.inside(CLASSES[op_class].call_features()(*c)) for c in calls[op_class]]
+        assert one == check.inside_frame(class_features(op_class, frame)).tolist(), (op_class, lc.estimator_name)
+        assert 20 < sum(one) < len(one) - 20, (op_class, lc.estimator_name)  # both sides of the boundary

@@ -89,7 +89,7 @@ class DomainCheck:
         # check builds no string (decode attention is checked every engine step).
         self._by_tuple = {self._parse(k): v for k, v in self._boxes.items()}
         if not self._cells and self._octave is None:  # one box: no key to build
-            self.inside = self._inside_one_box
+            self.inside = self._box_inside(self._boxes.get(""))
         else:
             self.inside = self._cell_inside()
 
@@ -123,18 +123,21 @@ class DomainCheck:
 
         return inside
 
-    def _inside_one_box(self, f: dict) -> bool:
-        return self._within(f, self._boxes.get(""))
-
-    def _within(self, f: dict, bounds) -> bool:
-        """Are the features ``f`` inside ``bounds`` (one (lo, hi) per box feature; None: no box)?"""
+    def _box_inside(self, bounds):
+        """:meth:`inside` for a domain of one box (``bounds``; None: no box, nothing inside), as a
+        closure over its (feature, (lo, hi)) pairs."""
         if bounds is None:
-            return False
-        for nm, (lo, hi) in zip(self._box, bounds):
-            v = f[nm]
-            if v < lo or v > hi:
-                return False
-        return True
+            return lambda f: False
+        pairs = tuple(zip(self._box, bounds))
+
+        def inside(f: dict) -> bool:
+            for nm, (lo, hi) in pairs:
+                v = f[nm]
+                if v < lo or v > hi:
+                    return False
+            return True
+
+        return inside
 
     def _parse(self, key: str) -> tuple:
         parts = key.split("|") if key else []
@@ -148,12 +151,10 @@ class DomainCheck:
         return cls({"cells": [], "octave": None, "box": names, "boxes": {"": [ranges[nm] for nm in names]}})
 
     def inside(self, f: dict) -> bool:
-        if self.domain is None:
-            return False
-        key = tuple([round(f[c], 6) for c in self._cells])
-        if self._octave is not None:
-            key += (math.floor(f[self._octave] / _LN2 + 1e-9),)
-        return self._within(f, self._by_tuple.get(key))
+        """Do the features ``f`` of one call lie in the data? A saved domain replaces this, per
+        instance, by :meth:`_box_inside`'s or :meth:`_cell_inside`'s closure (both tested against
+        :meth:`inside_frame`); without one, nothing is inside."""
+        return False
 
     def inside_frame(self, feats: dict) -> np.ndarray:
         """Vectorised :meth:`inside` over feature arrays."""

@@ -331,12 +331,16 @@ class FittedPredictor:
         classes = self.fit.classes
         if "elementwise" not in classes or classes["elementwise"].derived_from:
             return
+        per_op = classes["elementwise"].per_op
+        model_of: dict = {}  # op as called -> the op of its model (None: the pooled one), looked up once
         by_model: dict[str | None, list] = {}
         for num_bytes, op in calls:
             if num_bytes > 0:
-                canonical = opdata.canonical_elementwise_op(op)
-                by_model.setdefault(canonical if canonical in classes["elementwise"].per_op else None,
-                                    []).append((num_bytes,))
+                model = model_of.get(op, model_of)
+                if model is model_of:
+                    canonical = opdata.canonical_elementwise_op(op)
+                    model = model_of[op] = canonical if canonical in per_op else None
+                by_model.setdefault(model, []).append((num_bytes,))
         for op, args in by_model.items():
             lc = classes["elementwise"] if op is None else classes["elementwise"].per_op[op]
             self._shared.scalar("elementwise", lc, op).fill(args)
