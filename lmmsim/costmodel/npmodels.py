@@ -128,7 +128,10 @@ class ForestModel:
 
     The walk's arrays (:meth:`_walk_arrays`) are derived on the first prediction, not
     when the forest is read: derived eagerly, a fit's twelve forests cost a run ~50 ms
-    of memory writes before its first step, for classes it may never call.
+    of memory writes before its first step, for classes it may never call. A forest
+    whose every split tests one input (p2p, elementwise) answers :meth:`scalar_s` and
+    :meth:`scalar_many` from its step table instead (:class:`_Steps`, the same floats).
+    Preparing twice (two threads of a sweep worker) is harmless: either way is exact.
     """
 
     def __init__(self, arrays):
