@@ -16,7 +16,7 @@ Layout of ``model.json`` (format :data:`FORMAT`)::
              "per_op": {op: entry}}     # optional, elementwise: one model per canonical op
 
 A forest's trees are ``<class>.forest.npz`` (``elementwise.<op>.forest.npz``
-for a per-op forest), loaded with ``allow_pickle=False``. ``per_op`` is
+for a per-op forest), read without pickle (:func:`read_forest`, on first use). ``per_op`` is
 optional both ways: a fit without it loads as one pooled model, and a reader
 that ignores it still gets the pooled model. Loading needs numpy only
 (:mod:`lmmsim.costmodel.npmodels`). :func:`merge_classes` adds classes fitted
