@@ -13,17 +13,21 @@ Two additions to :class:`simpy.Environment`:
 * :meth:`SimEnvironment.call_at` runs ``fn(value)`` at an absolute time, one
   event and no process: engines that keep their own state machine (the
   pipeline engine) step without a generator resume per event;
-* an event counter (``num_events``) for the run summary.
+* an event counter (``num_events``) for the run summary;
+* :meth:`SimEnvironment.run` without ``until`` steps in one loop, each event
+  processed as :meth:`simpy.Environment.step` does (the same order, the same
+  handling of a failed event), without two method calls per event.
 
 Same-time events keep SimPy's insertion order, so runs are deterministic.
 """
 
 from __future__ import annotations
 
-from heapq import heappush
+from heapq import heappop, heappush
 
 import simpy
-from simpy.events import NORMAL, Event
+from simpy.core import StopSimulation
+from simpy.events import NORMAL, URGENT, Event
 
 
 LATE = NORMAL + 1
@@ -88,3 +92,31 @@ class SimEnvironment(simpy.Environment):
     def step(self) -> None:
         super().step()
         self.num_events += 1
+
+    def run(self, until=None):
+        """:meth:`simpy.Environment.run`; with no ``until``, every event until the queue is
+        empty, processed in place as :meth:`step` would (``num_events`` is up to date when
+        it returns)."""
+        if until is not None:
+            return super().run(until)
+        queue = self._queue
+        done = 0
+        try:
+            while queue:
+                self._now, _, _, event = heappop(queue)
+                callbacks, event.callbacks = event.callbacks, None
+                try:
+                    for callback in callbacks:
+                        callback(event)
+                except StopSimulation as stop:  # as step(): the rest runs when the simulation resumes
+                    event.callbacks = callbacks[callbacks.index(callback) + 1:]
+                    self.schedule(event, URGENT - 1)
+                    return stop.args[0]
+                if not event._ok and not hasattr(event, "_defused"):
+                    exc = type(event._value)(*event._value.args)  # as step(): crash the environment
+                    exc.__cause__ = event._value
+                    raise exc
+                done += 1
+        finally:
+            self.num_events += done
+        return None
