@@ -264,3 +264,43 @@ def test_event_count_is_per_transfer_not_per_byte():
     # per transfer: its process start + wait, latency timer, done event, and at
     # most a couple of completion timers per start/finish
     assert env.num_events < 12 * len(sends)
+
+
+@pytest.mark.parametrize("latency_us", [0.0, 10.0])
+def test_submit_callbacks_run_where_send_events_resume(latency_us):
+    """``Sender.submit``'s callbacks run where the waiters of ``Sender.send``'s events would
+    (a link with latency runs them without events of their own): what they do -- ordinary
+    and late events, more transfers, at the instant transfers end together -- happens in
+    the same order, at the same times."""
+    spec = LinkSpec(bandwidth_gbs=1.0, latency_us=latency_us)
+
+    def world(use_submit: bool) -> list:
+        env = SimEnvironment()
+        log = []
+        link = Link(env, spec, "l", on_transfer=lambda *r: log.append(("link", r[-1], r[2])))
+        sender = Sender(env, link, 2, on_transfer=lambda *r: log.append(("sender", r[-1], r[2])))
+
+        def then(i, end_at):
+            log.append(("end", i, end_at, env.now))
+            ev = env.event()
+            ev.callbacks.append(lambda _e: log.append(("ordinary", i, env.now)))
+            ev.succeed()
+            env.call_at(env.now, lambda v: log.append(("late", v, env.now)), i)
+            if i < 20:
+                go(i + 10, MB if i % 3 else 0)
+
+        def go(i, nbytes):
+            if use_submit:
+                sender.submit(nbytes, i, lambda end_at: then(i, end_at))
+            else:
+                sender.send(nbytes, i).callbacks.append(lambda ev: then(i, ev.value))
+
+        for i in range(5):  # equal sizes sent together: two end at once, three wait
+            go(i, MB)
+        env.call_at(0.0, lambda v: go(9, 0.5 * MB), None)
+        env.run()
+        return log
+
+    via_events, via_submit = world(False), world(True)
+    assert via_submit == via_events
+    assert sum(1 for e in via_events if e[0] == "end") > 15

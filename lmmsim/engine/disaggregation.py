@@ -459,7 +459,7 @@ class DisaggregatedFrontend:
         sender = self.encoder_senders[encoder]
         tag = items[0].seq.request.request_id
 
-        def delivered(_done):
+        def delivered(_end_at):
             for seq, its in per_request.values():
                 inbox.deliver(seq, its, encoder)
 
@@ -467,7 +467,7 @@ class DisaggregatedFrontend:
             if self.local_target and items[0].target == self.local_target[encoder]:
                 delivered(None)  # local prefill on the encoder's own GPU: no link to cross
                 return
-            sender.send(num_bytes, tag=tag).callbacks.append(delivered)
+            sender.submit(num_bytes, tag, delivered)
 
         if reserve:
             inbox.buffer.acquire(reserve, owner=(items[0].seq, items[0].index)).callbacks.append(start)
@@ -505,7 +505,7 @@ class DisaggregatedFrontend:
         num_bytes = seq.num_computed * self.kv_bytes_per_token
         prefill, decode = self.prefill[p], self.decode[d]
 
-        def arrived(_event):
+        def arrived(_end_at):
             prefill.scheduler.release(seq)
             prefill.notify()
             missing = len(seq.request.media_segments) - seq.media_ready
@@ -516,7 +516,7 @@ class DisaggregatedFrontend:
             decode.scheduler.admit_prefilled(seq)
             decode.notify()
 
-        self.kv_senders[p].send(num_bytes, tag=seq.request.request_id).callbacks.append(arrived)
+        self.kv_senders[p].submit(num_bytes, seq.request.request_id, arrived)
 
 
 def egress(env, spec, num_gpus: int, name: str, max_in_flight: int | None, on_transfer=None) -> Sender:

@@ -59,7 +59,7 @@ from collections.abc import Callable
 from heapq import heappop, heappush
 from typing import Any
 
-from simpy.events import Event
+from simpy.events import NORMAL, Event
 
 from lmmsim.catalog import LinkSpec
 from lmmsim.costmodel.transfer import transfer_s
@@ -70,16 +70,24 @@ TransferHook = Callable[[str, float, float, float, Any], None]
 
 
 class _Transfer:
-    __slots__ = ("done", "finish_v", "num_bytes", "seq", "solo_end_at", "start_at", "tag")
+    """One transfer: what was asked (bytes, tag, when, who hears of the end) and, once a link
+    started it, its place there."""
 
-    def __init__(self, num_bytes: float, tag: Any, start_at: float, solo_end_at: float, seq: int, done: Event):
+    __slots__ = ("done", "finish_v", "num_bytes", "queued_at", "sender", "seq", "solo_end_at", "start_at",
+                 "tag", "then")
+
+    def __init__(self, num_bytes: float, tag: Any, queued_at: float, done: Event | None,
+                 then: Callable[[float], None] | None = None, sender: "Sender | None" = None):
         self.num_bytes = num_bytes
         self.tag = tag
-        self.start_at = start_at
-        self.solo_end_at = solo_end_at  # start + transfer_s: the end if never contended
+        self.queued_at = queued_at  # when it was asked for (a Sender may hold it back)
+        self.done = done  # succeeds with the finish time (the event API), or None
+        self.then = then  # called with the finish time (a Sender's callback API), or None
+        self.sender = sender  # the Sender that handed it to the link, or None
+        self.start_at = 0.0  # set when the link starts it
+        self.solo_end_at = 0.0  # start + transfer_s: the end if never contended
         self.finish_v = 0.0
-        self.seq = seq
-        self.done = done
+        self.seq = 0
 
 
 class Link:
@@ -103,11 +111,27 @@ class Link:
 
     ``on_transfer(name, start_at, end_at, num_bytes, tag)`` (optional) is called
     at each completion (for timeline exporters); the link's state is already
-    consistent when it is called.
+    consistent when it is called. Hooks record; they schedule nothing.
 
     Internal timers run at the engine priority (``late=True``, after ordinary
     events of the same instant); a transfer sent at the very instant another
-    finishes sees the same times whichever runs first.
+    finishes sees the same times whichever runs first. They are
+    :meth:`~lmmsim.engine.clock.SimEnvironment.call_at` events, keyed as the
+    timeouts they stand for.
+
+    Completion of a :class:`Sender`'s transfers without events of their own: as events,
+    the completions of one link timer are, in order, the link's done events (each
+    handing the sender the freed slot), then the sender's done events (each running
+    its owner's callback). Handled at the end of a link timer, nothing else can come
+    between: an ordinary event of this instant queued before the (late) timer has
+    already run, the timer's own work queues none, and a sender's slot handling
+    queues only the next transfer's latency timer, at a later time (latency > 0).
+    So on a link with latency the timer runs the slot handling of each, then the
+    callbacks of each -- the same work in the same order, two events fewer per
+    transfer. A zero-latency link completes transfers inside :meth:`send` too
+    (in the middle of its caller), and a plain :meth:`send` completion is an
+    event its waiter resumes on: there, and where one is among those completed,
+    the events are kept (the same keys, :meth:`SimEnvironment.call_at`).
     """
 
     def __init__(self, env: SimEnvironment, spec: LinkSpec, name: str, on_transfer: TransferHook | None = None):
@@ -133,16 +157,8 @@ class Link:
         """Start sending ``num_bytes`` (>= 0) now; the event succeeds with the finish time."""
         if not (num_bytes >= 0 and math.isfinite(num_bytes)):
             raise ValueError(f"link {self.name}: num_bytes must be finite and >= 0, got {num_bytes!r}")
-        env = self.env
-        now = env.now
-        done = env.event()
-        tr = _Transfer(num_bytes, tag, now, now + transfer_s(num_bytes, self.spec), self._num_started, done)
-        self._num_started += 1
-        if self.latency_s > 0:
-            timer = env.timeout_at(now + self.latency_s)
-            timer.callbacks.append(lambda _ev, tr=tr: self._enter_bytes(tr))
-        else:
-            self._enter_bytes(tr)
+        done = self.env.event()
+        self._start(_Transfer(num_bytes, tag, self.env.now, done))
         return done
 
     @property
@@ -166,6 +182,18 @@ class Link:
         return f"Link({self.name!r}, {self.spec.bandwidth_gbs} GB/s, {self.spec.latency_us} us)"
 
     # ---------------------------------------------------------------- internal
+    def _start(self, tr: _Transfer) -> None:
+        env = self.env
+        now = env.now
+        tr.start_at = now
+        tr.solo_end_at = now + transfer_s(tr.num_bytes, self.spec)
+        tr.seq = self._num_started
+        self._num_started += 1
+        if self.latency_s > 0:
+            env.call_at(now + self.latency_s, self._enter_bytes, tr)
+        else:
+            self._enter_bytes(tr)
+
     def _enter_bytes(self, tr: _Transfer) -> None:
         if tr.num_bytes == 0 or math.isinf(self.bandwidth_bytes_per_s):
             # No byte phase: ends at start + latency == start + transfer_s (same float).
@@ -180,7 +208,8 @@ class Link:
         tr.finish_v = self._v + tr.num_bytes
         heappush(self._heap, (tr.finish_v, tr.seq, tr))
         self._reschedule()
-        self._complete(finished)
+        if finished:
+            self._complete(finished)
 
     def _advance(self) -> list[_Transfer]:
         """Bring virtual time and busy time up to now; pop the transfers that are done."""
@@ -218,26 +247,40 @@ class Link:
             at = now + (head.finish_v - self._v) * len(heap) / self.bandwidth_bytes_per_s
         at = max(at, now)  # float residue: the head is due now
         self._next_at = at
-        gen = self._gen
-        timer = self.env.timeout_at(at)
-        timer.callbacks.append(lambda _ev, gen=gen: self._on_timer(gen))
+        self.env.call_at(at, self._on_timer, self._gen)
 
     def _on_timer(self, gen: int) -> None:
         if gen != self._gen:
             return  # superseded by a later start or finish
         finished = self._advance()
         self._reschedule()
-        self._complete(finished)
+        if finished:
+            self._complete(finished)
 
     def _complete(self, finished: list[_Transfer]) -> None:
+        """Book ``finished`` and tell their waiters; last thing a link timer does (or,
+        zero latency, :meth:`send`)."""
         now = self.env.now
         for tr in finished:
             self.bytes_sent += tr.num_bytes
             self.num_transfers += 1
-        for tr in finished:
-            if self.on_transfer is not None:
+        if self.on_transfer is not None:
+            for tr in finished:
                 self.on_transfer(self.name, tr.start_at, now, tr.num_bytes, tr.tag)
-            tr.done.succeed(now)
+        if self.latency_s > 0 and all(tr.sender is not None for tr in finished):
+            # at the end of a link timer: the events' work, in their order (class docstring)
+            for tr in finished:
+                tr.sender._finished(tr, now)
+            for tr in finished:
+                if tr.then is not None:
+                    tr.then(now)
+            return
+        call_at = self.env.call_at
+        for tr in finished:
+            if tr.sender is None:
+                tr.done.succeed(now)
+            else:
+                call_at(now, tr.sender._finished_event, tr, NORMAL)
 
 
 class Sender:
@@ -248,7 +291,9 @@ class Sender:
     ``link.send``). Transfers beyond the cap wait in FIFO order and are handed
     to the link when a slot frees, at the instant the earlier transfer
     completes. The event from :meth:`send` succeeds (value: finish time) when
-    the transfer *completes*, so the wait counts in its total time.
+    the transfer *completes*, so the wait counts in its total time;
+    :meth:`submit` calls a function instead, at the same point (without an
+    event of its own where the link can do without, see :class:`Link`).
 
     ``on_transfer(name, queued_at, end_at, num_bytes, tag)`` (optional) is
     called at each completion with the time :meth:`send` was called (the
@@ -269,7 +314,7 @@ class Sender:
         self.max_in_flight = max_in_flight
         self.on_transfer = on_transfer
         self.num_in_flight = 0  # handed to the link, not yet completed
-        self._waiting: deque[tuple[float, Any, float, Event]] = deque()
+        self._waiting: deque[_Transfer] = deque()
 
     @property
     def num_waiting(self) -> int:
@@ -278,27 +323,39 @@ class Sender:
 
     def send(self, num_bytes: float, tag: Any = None) -> Event:
         """Queue ``num_bytes`` for the link; the event succeeds with the finish time."""
-        if not (num_bytes >= 0 and math.isfinite(num_bytes)):
-            raise ValueError(f"link {self.link.name}: num_bytes must be finite and >= 0, got {num_bytes!r}")
         done = self.env.event()
-        item = (num_bytes, tag, self.env.now, done)
-        if self.max_in_flight is None or (self.num_in_flight < self.max_in_flight and not self._waiting):
-            self._start(item)
-        else:
-            self._waiting.append(item)
+        self._queue(_Transfer(num_bytes, tag, self.env.now, done, sender=self))
         return done
 
-    def _start(self, item: tuple[float, Any, float, Event]) -> None:
-        num_bytes, tag, _queued_at, _done = item
-        self.num_in_flight += 1
-        inner = self.link.send(num_bytes, tag)
-        inner.callbacks.append(lambda ev, item=item: self._finished(ev, item))
+    def submit(self, num_bytes: float, tag: Any, then: Callable[[float], None]) -> None:
+        """Queue ``num_bytes`` for the link; ``then(finish time)`` runs where the event
+        from :meth:`send` would have succeeded and its waiter resumed."""
+        self._queue(_Transfer(num_bytes, tag, self.env.now, None, then, self))
 
-    def _finished(self, inner: Event, item: tuple[float, Any, float, Event]) -> None:
-        num_bytes, tag, queued_at, done = item
+    def _queue(self, tr: _Transfer) -> None:
+        num_bytes = tr.num_bytes
+        if not (num_bytes >= 0 and math.isfinite(num_bytes)):
+            raise ValueError(f"link {self.link.name}: num_bytes must be finite and >= 0, got {num_bytes!r}")
+        if self.max_in_flight is None or (self.num_in_flight < self.max_in_flight and not self._waiting):
+            self.num_in_flight += 1
+            self.link._start(tr)
+        else:
+            self._waiting.append(tr)
+
+    def _finished(self, tr: _Transfer, end_at: float) -> None:
+        """The link completed ``tr``: its slot goes to the next waiting transfer."""
         self.num_in_flight -= 1
         if self._waiting:
-            self._start(self._waiting.popleft())
+            self.num_in_flight += 1
+            self.link._start(self._waiting.popleft())
         if self.on_transfer is not None:
-            self.on_transfer(self.link.name, queued_at, inner.value, num_bytes, tag)
-        done.succeed(inner.value)
+            self.on_transfer(self.link.name, tr.queued_at, end_at, tr.num_bytes, tr.tag)
+        if tr.done is not None:
+            tr.done.succeed(end_at)
+
+    def _finished_event(self, tr: _Transfer) -> None:
+        """:meth:`_finished` as the link's done event, and the callback as the sender's."""
+        end_at = self.env.now
+        self._finished(tr, end_at)
+        if tr.then is not None:
+            self.env.call_at(end_at, tr.then, end_at, NORMAL)
