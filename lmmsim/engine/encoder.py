@@ -16,6 +16,16 @@ batch takes it; one whose ``media_id`` the cache holds goes on at once, encode
 time zero, its embeddings sent as any others. Items are stored when their batch
 ends; a later item of the same batch with an id already in it is encoded once,
 with the first (a hit). Counters: the cache's ``hits`` / ``misses``.
+
+The worker's loop is a state machine on :meth:`~lmmsim.engine.clock.SimEnvironment.call_at`
+events, not a SimPy process: each of its waits is one event with the key (time,
+priority, event id) the process's wait would have had, drawn at the same point, so
+everything happens in the order it did with the process. The waits: the wake-up signal
+(after the ordinary events of the instant items arrive; while busy the signal still
+runs, and the loop, back, goes on at once); a dispatcher's wait, for that signal or the
+dispatcher's time, whichever runs first, then one ordinary event at that instant to go
+on (what the condition event of ``signal | timeout`` was; the timer stays queued
+either way); the host time and the GPU pass of a batch (a shared GPU's run: its event).
 """
 
 from __future__ import annotations
@@ -23,8 +33,14 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
+from simpy.events import NORMAL
+
 from lmmsim.engine.steplog import StepRecord
 from lmmsim.policies.encode_dispatch import EncodeDispatcher, EncodeItem
+
+# Where the worker's loop waits: for the wake-up signal alone (no items), for it or the
+# dispatcher's time, for the ordinary event that carries on after that wait, on a batch.
+_IDLE, _WAITING, _RESUMING, _BUSY = range(4)
 
 
 class EncoderWorker:
@@ -79,8 +95,17 @@ class EncoderWorker:
         # encode_worker): a pool whose deliveries :meth:`enqueue` takes; None: items queue at once.
         self.preprocess = None
         self._at_host = 0  # items submitted and still being preprocessed
-        self._wakeup = env.event()
-        env.process(self._loop())
+        # The worker's loop is a state machine on scheduled calls (no SimPy process): each
+        # wait is the event the loop used to wait on, under the same key (module docstring).
+        self._state = _IDLE
+        self._woken = False  # the wake-up signal is triggered (queued or already run) ...
+        self._wake_ran = False  # ... and its event has run
+        self._wake_no = 0  # the current signal (a queued one the loop gave up on is stale)
+        self._wait_no = 0  # the dispatcher's current wait (a timer of an earlier one is stale)
+        self._batch: list = []  # the batch being encoded, its items to encode, their works
+        self._encode: list = []
+        self._works: list = []
+        self._start = self._gpu_start = self._dur = 0.0
 
     @property
     def load(self) -> int:
@@ -106,61 +131,122 @@ class EncoderWorker:
             return
         self.queue.extend(items)
         self._on_arrival(items, self.env.now)
-        if not self._wakeup.triggered:
-            self.env.succeed_late(self._wakeup)
+        if not self._woken:  # the wake-up signal, after the ordinary events of this instant
+            self._woken = True
+            self.env.call_at(self.env.now, self._wake_ran_now, self._wake_no)
 
-    def _loop(self):
+    # ------------------------------------------------------------------ the loop
+    def _wake_ran_now(self, wake_no: int) -> None:
+        if wake_no != self._wake_no:
+            return  # replaced while queued: nothing waits on it
+        self._wake_ran = True
+        if self._state == _IDLE:  # waiting for it alone: carry on at once
+            self._rearm()
+            self._next()
+        elif self._state == _WAITING:  # one of the two things the wait waits for
+            self._wait_over()
+
+    def _rearm(self) -> None:
+        """A fresh wake-up signal (the one triggered is used up)."""
+        self._woken = self._wake_ran = False
+        self._wake_no += 1
+
+    def _next(self) -> None:
+        """Go on from a wait: start the next batch, or wait for items or the dispatcher."""
         env = self.env
         while True:
             if not self.queue:
-                yield self._wakeup
-                self._wakeup = env.event()
-                continue
+                if self._wake_ran:  # the signal ran while the worker was busy: used up at once
+                    self._rearm()
+                    continue
+                self._state = _IDLE
+                return
             batch, wake_at = self.dispatcher.select(self.queue, env.now)
-            if batch is None:
-                yield self._wakeup | env.timeout_at(wake_at)
-                if self._wakeup.triggered:
-                    self._wakeup = env.event()
-                continue
+            if batch is None:  # items arriving, or the dispatcher's time, whichever comes first
+                self._state = _WAITING
+                self._wait_no += 1
+                env.call_at(wake_at, self._wait_timer, self._wait_no)
+                if self._wake_ran:
+                    self._wait_over()
+                return
             batch = self._serve_cached(batch)
-            if not batch:
-                continue
-            encode = self._first_copies(batch)
-            start = env.now
-            self._in_progress = len(batch)
-            works = [it.segment.item.encoder for it in encode]
-            if self._split is not None:
-                self._split(encode)
-            host_s = self.call_overhead_s + self.cost.encode_host_s(works)
-            if host_s:
-                yield env.timeout_at(start + host_s)
-            gpu_start = env.now
-            if self._run is None:
-                dur = self.cost.encode_s(works)
-                yield env.timeout_at(gpu_start + dur)
-            else:
-                yield self._run(*self.cost.encode_parts(works))
-                if self._split is not None:
-                    self._split(None)
-                dur = env.now - gpu_start
-            end = env.now
-            self.busy_s += dur
-            self.num_batches += 1
-            self.num_items += len(encode)
-            self._in_progress = 0
-            if self.encoder_cache is not None:
-                for it in encode:
-                    self.encoder_cache.insert(it.segment.item.media_id, it.num_llm_tokens)
-            for it in batch:
-                seq = it.seq
-                if seq.encode_started_at != seq.encode_started_at:  # NaN: its first item
-                    seq.encode_started_at = start
-                seq.encode_finished_at = end
-            if self.step_log is not None:
-                ids = tuple(dict.fromkeys(it.seq.request.request_id for it in batch))
-                self.step_log.append(StepRecord(self.name, gpu_start, end, "encode", ids,
-                                                sum(it.num_llm_tokens for it in encode), len(encode)))
-            self.on_encoded(batch, start, end)
+            if batch:
+                self._begin(batch)
+                return
+
+    def _wait_timer(self, wait_no: int) -> None:
+        if self._state == _WAITING and wait_no == self._wait_no:
+            self._wait_over()
+
+    def _wait_over(self) -> None:
+        """The wait is met: the loop goes on in an ordinary event of this instant."""
+        self._state = _RESUMING
+        self.env.call_at(self.env.now, self._resume, None, NORMAL)
+
+    def _resume(self, _value) -> None:
+        if self._woken:
+            self._rearm()
+        self._next()
+
+    def _begin(self, batch: list) -> None:
+        """Start ``batch``: its host time (if any), then its GPU pass."""
+        env = self.env
+        self._state = _BUSY
+        self._batch = batch
+        self._encode = encode = self._first_copies(batch)
+        self._start = start = env.now
+        self._in_progress = len(batch)
+        self._works = works = [it.segment.item.encoder for it in encode]
+        if self._split is not None:
+            self._split(encode)
+        host_s = self.call_overhead_s + self.cost.encode_host_s(works)
+        if host_s:
+            env.call_at(start + host_s, self._gpu_pass, None)
+        else:
+            self._gpu_pass(None)
+
+    def _gpu_pass(self, _value) -> None:
+        env = self.env
+        self._gpu_start = env.now
+        if self._run is None:
+            self._dur = self.cost.encode_s(self._works)
+            env.call_at(self._gpu_start + self._dur, self._encoded, None)
+            return
+        done = self._run(*self.cost.encode_parts(self._works))
+        if done.callbacks is None:  # already over
+            self._shared_pass_over(done)
+        else:
+            done.callbacks.append(self._shared_pass_over)
+
+    def _shared_pass_over(self, _event) -> None:
+        if self._split is not None:
+            self._split(None)
+        self._dur = self.env.now - self._gpu_start
+        self._encoded(None)
+
+    def _encoded(self, _value) -> None:
+        """The batch is done: book it, hand its items on, go on."""
+        end = self.env.now
+        batch, encode, start = self._batch, self._encode, self._start
+        self.busy_s += self._dur
+        self.num_batches += 1
+        self.num_items += len(encode)
+        self._in_progress = 0
+        if self.encoder_cache is not None:
+            for it in encode:
+                self.encoder_cache.insert(it.segment.item.media_id, it.num_llm_tokens)
+        for it in batch:
+            seq = it.seq
+            if seq.encode_started_at != seq.encode_started_at:  # NaN: its first item
+                seq.encode_started_at = start
+            seq.encode_finished_at = end
+        if self.step_log is not None:
+            ids = tuple(dict.fromkeys(it.seq.request.request_id for it in batch))
+            self.step_log.append(StepRecord(self.name, self._gpu_start, end, "encode", ids,
+                                            sum(it.num_llm_tokens for it in encode), len(encode)))
+        self._batch = self._encode = self._works = []
+        self.on_encoded(batch, start, end)
+        self._next()
 
     def _serve_cached(self, items: list) -> list:
         """Hand on at once, encode time zero, the items whose embeddings the encoder
