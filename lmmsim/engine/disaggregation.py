@@ -53,6 +53,8 @@ from __future__ import annotations
 
 from collections import deque
 
+from simpy.events import NORMAL
+
 from lmmsim.engine.blocked_order import BlockedOrder, static_order
 from lmmsim.engine.embedding_tracker import EmbeddingTracker
 from lmmsim.engine.links import Link, Sender
@@ -67,6 +69,11 @@ class ByteBudget:
     larger requests at arrival. When the oldest waiting reservation does not
     fit, ``on_blocked()`` (if given) may free room and grant a waiter out of
     order with :meth:`grant`; it returns whether it granted one.
+
+    A granted reservation's ``on_grant(None)`` runs in an ordinary event of the
+    instant it is granted (as a callback on a succeeded event would). One granted
+    on arrival, with none waiting, never enters the waiting line (nor ``order``):
+    it would leave it at once.
     """
 
     def __init__(self, env, capacity_bytes: float, on_blocked=None, order=None):
@@ -75,19 +82,21 @@ class ByteBudget:
         self.used = 0.0
         self.peak = 0.0
         self.on_blocked = on_blocked
-        self.waiting: deque = deque()  # (num_bytes, event, owner), oldest first
+        self.waiting: deque = deque()  # (num_bytes, on_grant, owner), oldest first
         self.order = order  # a BlockedOrder told of each reservation waiting and leaving, or None
 
-    def acquire(self, num_bytes: float, owner=None):
+    def acquire(self, num_bytes: float, on_grant, owner=None) -> None:
+        """Reserve ``num_bytes``; ``on_grant(None)`` runs once they are granted."""
         if num_bytes > self.capacity:
             raise ValueError(f"a reservation of {num_bytes:.0f} B exceeds the whole buffer ({self.capacity:.0f} B)")
-        ev = self.env.event()
-        entry = (num_bytes, ev, owner)
+        if not self.waiting and self.used + num_bytes <= self.capacity:
+            self._take(num_bytes, on_grant)
+            return
+        entry = (num_bytes, on_grant, owner)
         self.waiting.append(entry)
         if self.order is not None:
             self.order.added(entry)
         self._grant()
-        return ev
 
     def release(self, num_bytes: float, regrant: bool = True) -> None:
         self.used -= num_bytes
@@ -105,10 +114,13 @@ class ByteBudget:
             self.waiting.remove(entry)
         if self.order is not None:
             self.order.removed(entry)
-        num_bytes, ev, _owner = entry
+        self._take(entry[0], entry[1])
+
+    def _take(self, num_bytes: float, on_grant) -> None:
         self.used += num_bytes
-        self.peak = max(self.peak, self.used)
-        ev.succeed()
+        if self.used > self.peak:
+            self.peak = self.used
+        self.env.call_at(self.env.now, on_grant, None, NORMAL)
 
     def regrant(self) -> None:
         """Try the waiting reservations again (the owner's view of room changed)."""
@@ -183,7 +195,8 @@ class EmbeddingInbox:
         ones nothing. streaming: each item reserves its own bytes, and a part
         holds one request's items."""
         capacity = self.buffer.capacity
-        reserved_before = set(self._reserved)
+        reserved = self._reserved  # (the items' requests that were in it before this transfer)
+        reserved_before = {rid for it in items if (rid := it.seq.request.request_id) in reserved} if reserved else ()
         needs = [(it, self._reservation(it)) for it in items]
         # Items whose room an earlier transfer reserved travel on their own, at once:
         # queued behind another request's reservation they would hold theirs hostage.
@@ -217,17 +230,24 @@ class EmbeddingInbox:
 
     def deliver(self, seq, items: list, encoder: int) -> None:
         """The encode ``items`` of ``seq``, sent by ``encoder``, landed here."""
-        tracker = self.tracker(seq)
-        indices = [it.index for it in items]
+        rid = seq.request.request_id
+        tracker = self.trackers.get(rid)
+        if tracker is None:
+            tracker = self.tracker(seq)
         if not self.admit_when_complete:
-            self._landed.setdefault(seq.request.request_id, {}).update((it.index, (encoder, it)) for it in items)
+            landed = self._landed.get(rid)
+            if landed is None:
+                landed = self._landed[rid] = {}
+            for it in items:
+                landed[it.index] = (encoder, it)
         was_complete = tracker.complete
-        joined = tracker.mark_ready(indices)
+        joined = tracker.mark_ready([it.index for it in items])
         if joined:
             self.engine.scheduler.media_arrived(seq, joined)
-        if tracker.complete and not was_complete:
+        complete = tracker.complete
+        if complete and not was_complete:
             self.num_awaiting -= 1
-        if tracker.complete and self.admit_when_complete:
+        if complete and self.admit_when_complete:
             self.engine.submit(seq)
             return
         self.engine.notify()
@@ -470,7 +490,7 @@ class DisaggregatedFrontend:
             sender.submit(num_bytes, tag, delivered)
 
         if reserve:
-            inbox.buffer.acquire(reserve, owner=(items[0].seq, items[0].index)).callbacks.append(start)
+            inbox.buffer.acquire(reserve, start, owner=(items[0].seq, items[0].index))
         else:
             start(None)
 
