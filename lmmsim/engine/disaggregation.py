@@ -194,8 +194,12 @@ class EmbeddingInbox:
         larger than the buffer: larger requests are refused at arrival), later
         ones nothing. streaming: each item reserves its own bytes, and a part
         holds one request's items."""
-        capacity = self.buffer.capacity
         reserved = self._reserved  # (the items' requests that were in it before this transfer)
+        if len(items) == 1:  # (most transfers: one item, one part)
+            covered = bool(reserved) and items[0].seq.request.request_id in reserved
+            need = self._reservation(items[0])
+            return [(items, 0.0)] if covered else [(items, 0.0 + need)]
+        capacity = self.buffer.capacity
         reserved_before = {rid for it in items if (rid := it.seq.request.request_id) in reserved} if reserved else ()
         needs = [(it, self._reservation(it)) for it in items]
         # Items whose room an earlier transfer reserved travel on their own, at once:
@@ -425,7 +429,8 @@ class DisaggregatedFrontend:
             engines[self._prefill_target(seq, None)].submit(seq)
             return
         media = seq.request.media_segments
-        encoder = min(range(len(self.encoders)), key=lambda i: self.encoders[i].load)
+        encoders = self.encoders
+        encoder = 0 if len(encoders) == 1 else min(range(len(encoders)), key=lambda i: encoders[i].load)
         target = self._prefill_target(seq, encoder)
         if not media:
             engines[target].submit(seq)
@@ -442,20 +447,22 @@ class DisaggregatedFrontend:
         """Index of the prefill (or LLM) engine that prefills ``seq``. With local
         prefill workers (EAServe), the offload router sends it remote (a routed
         choice among the remote workers) or to the local worker of ``encoder``."""
-        loads = PrefillLoads(self, encoder)
-        if self.offload is not None and not self.offload.route(seq.request, loads):
+        if self.offload is not None and not self.offload.route(seq.request, PrefillLoads(self, encoder)):
             return self.local_target[encoder]
         if self.num_remote == 1:
             return 0
         if not self.inboxes:  # p_d: nothing is on its way to a prefill worker
             return self.router.route(seq.request, [e.load for e in self.prefill])
-        return self.router.route(seq.request, loads.remote_loads)
+        return self.router.route(seq.request, PrefillLoads(self, encoder).remote_loads)
 
     # ------------------------------------------------------ embeddings E -> P
     def on_encoded(self, encoder: int, batch: list[EncodeItem]) -> None:
         """Send the batch's embeddings: one transfer per request, or -- with envelope
         transfer (EAServe) -- one per destination LLM worker, whatever the number of
         requests in it (one link setup latency per envelope)."""
+        if len(batch) == 1:
+            self.send_embeddings(encoder, batch)
+            return
         groups: dict = {}
         for it in batch:
             key = it.target if self.envelope else it.seq.request.request_id
@@ -472,25 +479,31 @@ class DisaggregatedFrontend:
 
     def _send_part(self, encoder: int, inbox: EmbeddingInbox, items: list[EncodeItem], reserve: float) -> None:
         """One transfer: reserve ``reserve`` bytes at the receiver, then cross the link."""
-        per_request: dict = {}
-        for it in items:
-            per_request.setdefault(id(it.seq), (it.seq, []))[1].append(it)
-        num_bytes = sum(it.num_llm_tokens for it in items) * inbox.bytes_per_token
+        first = items[0]
+        if len(items) == 1:  # (most transfers: one item)
+            per_request = ((first.seq, items),)
+            num_bytes = first.num_llm_tokens * inbox.bytes_per_token
+        else:
+            by_seq: dict = {}
+            for it in items:
+                by_seq.setdefault(id(it.seq), (it.seq, []))[1].append(it)
+            per_request = by_seq.values()
+            num_bytes = sum(it.num_llm_tokens for it in items) * inbox.bytes_per_token
         sender = self.encoder_senders[encoder]
-        tag = items[0].seq.request.request_id
+        tag = first.seq.request.request_id
 
         def delivered(_end_at):
-            for seq, its in per_request.values():
+            for seq, its in per_request:
                 inbox.deliver(seq, its, encoder)
 
-        def start(_event):
-            if self.local_target and items[0].target == self.local_target[encoder]:
+        def start(_granted):
+            if self.local_target and first.target == self.local_target[encoder]:
                 delivered(None)  # local prefill on the encoder's own GPU: no link to cross
                 return
             sender.submit(num_bytes, tag, delivered)
 
         if reserve:
-            inbox.buffer.acquire(reserve, start, owner=(items[0].seq, items[0].index))
+            inbox.buffer.acquire(reserve, start, owner=(first.seq, first.index))
         else:
             start(None)
 

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 
 class EmbeddingTracker:
-    __slots__ = ("segments", "num_prompt_tokens", "bytes_per_token", "_ready", "_num_leading_ready",
+    __slots__ = ("segments", "num_prompt_tokens", "bytes_per_token", "_bounds", "_ready", "_num_leading_ready",
                  "_held_tokens", "_freed_until")
 
     def __init__(self, media_segments, num_prompt_tokens: int, bytes_per_token: float):
         self.segments = media_segments  # prompt order, each with .start / .end / .length
         self.num_prompt_tokens = num_prompt_tokens
         self.bytes_per_token = bytes_per_token
+        self._bounds = [(seg.start, seg.start + seg.length) for seg in media_segments]  # (start, end) of each
         self._ready = [False] * len(media_segments)
         self._num_leading_ready = 0  # media items 0 .. k-1 all arrived
         self._held_tokens = 0  # media tokens arrived and not yet computed
@@ -47,7 +48,7 @@ class EmbeddingTracker:
 
     @property
     def complete(self) -> bool:
-        return self._num_leading_ready == len(self.segments)
+        return self._num_leading_ready == len(self._ready)
 
     @property
     def held_tokens(self) -> int:
@@ -73,14 +74,17 @@ class EmbeddingTracker:
     def mark_ready(self, indices) -> int:
         """Embeddings of media items ``indices`` arrived. Returns how many items
         joined the leading ready run (the scheduler's ``media_arrived`` count)."""
+        ready = self._ready
         for i in indices:
-            if not self._ready[i]:
-                self._ready[i] = True
+            if not ready[i]:
+                ready[i] = True
                 # the part of an item below the release point is never held
-                self._held_tokens += self.unreleased_tokens(i)
+                start, end = self._bounds[i]
+                self._held_tokens += end - max(start, min(end, self._freed_until))
         before = self._num_leading_ready
         k = before
-        while k < len(self._ready) and self._ready[k]:
+        n = len(ready)
+        while k < n and ready[k]:
             k += 1
         self._num_leading_ready = k
         return k - before
@@ -88,8 +92,8 @@ class EmbeddingTracker:
     def unreleased_tokens(self, index: int) -> int:
         """Tokens of media item ``index`` above the release point: what holding it costs
         (a preempted request's recompute reuses what it consumed before, see the scheduler)."""
-        seg = self.segments[index]
-        return seg.end - max(seg.start, min(seg.end, self._freed_until))
+        start, end = self._bounds[index]
+        return end - max(start, min(end, self._freed_until))
 
     def evict(self, index: int) -> int:
         """Drop the embeddings of media item ``index`` (arrived, not yet consumed): it
@@ -109,13 +113,14 @@ class EmbeddingTracker:
             return 0
         freed = 0
         lo, hi = self._freed_until, num_computed
-        for i, seg in enumerate(self.segments):
-            if seg.end <= lo:
+        ready = self._ready
+        for i, (start, end) in enumerate(self._bounds):
+            if end <= lo:
                 continue
-            if seg.start >= hi:
+            if start >= hi:
                 break
-            if self._ready[i]:
-                freed += min(seg.end, hi) - max(seg.start, lo)
+            if ready[i]:
+                freed += min(end, hi) - max(start, lo)
         self._freed_until = num_computed
         self._held_tokens -= freed
         return freed

@@ -31,6 +31,8 @@ import math
 from collections import deque
 from typing import Callable
 
+from simpy.events import NORMAL
+
 from lmmsim.engine.steplog import StepRecord
 
 
@@ -117,7 +119,8 @@ class HostPool:
         now = env.now
         worker = heapq.heappop(self._free)
         self.wait_s.append(now - submitted_at)
-        for seq in self.seqs_of(job):
+        seqs = self.seqs_of(job)
+        for seq in seqs:
             stamp_preprocess(seq, now)
         cost = self.cost_s(job)
         end = now + cost
@@ -125,13 +128,12 @@ class HostPool:
         key = next(self._keys)
         self.in_service[key] = end
         # ordinary priority, as an arrival: the engines of this instant see the request
-        env.timeout_at(end, late=False).callbacks.append(
-            lambda _event, job=job, key=key, worker=worker, start=now: self._finish(job, key, worker, start))
+        env.call_at(end, self._finish, (job, seqs, key, worker, now), NORMAL)
 
-    def _finish(self, job, key: int, worker: int, started_at: float) -> None:
+    def _finish(self, job_in_service: tuple) -> None:
+        job, seqs, key, worker, started_at = job_in_service
         del self.in_service[key]
         now = self.env.now
-        seqs = self.seqs_of(job)
         for seq in seqs:
             stamp_preprocess(seq, None, now)
         self._log(seqs, started_at, now, worker)

@@ -267,8 +267,14 @@ class Link:
         if self.on_transfer is not None:
             for tr in finished:
                 self.on_transfer(self.name, tr.start_at, now, tr.num_bytes, tr.tag)
-        if self.latency_s > 0 and all(tr.sender is not None for tr in finished):
+        if self.latency_s > 0 and _all_senders(finished):
             # at the end of a link timer: the events' work, in their order (class docstring)
+            if len(finished) == 1:
+                tr = finished[0]
+                tr.sender._finished(tr, now)
+                if tr.then is not None:
+                    tr.then(now)
+                return
             for tr in finished:
                 tr.sender._finished(tr, now)
             for tr in finished:
@@ -281,6 +287,13 @@ class Link:
                 tr.done.succeed(now)
             else:
                 call_at(now, tr.sender._finished_event, tr, NORMAL)
+
+
+def _all_senders(finished: list[_Transfer]) -> bool:
+    for tr in finished:
+        if tr.sender is None:
+            return False
+    return True
 
 
 class Sender:
