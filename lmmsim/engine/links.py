@@ -119,19 +119,22 @@ class Link:
     :meth:`~lmmsim.engine.clock.SimEnvironment.call_at` events, keyed as the
     timeouts they stand for.
 
-    Completion of a :class:`Sender`'s transfers without events of their own: as events,
-    the completions of one link timer are, in order, the link's done events (each
-    handing the sender the freed slot), then the sender's done events (each running
-    its owner's callback). Handled at the end of a link timer, nothing else can come
-    between: an ordinary event of this instant queued before the (late) timer has
-    already run, the timer's own work queues none, and a sender's slot handling
-    queues only the next transfer's latency timer, at a later time (latency > 0).
-    So on a link with latency the timer runs the slot handling of each, then the
-    callbacks of each -- the same work in the same order, two events fewer per
-    transfer. A zero-latency link completes transfers inside :meth:`send` too
-    (in the middle of its caller), and a plain :meth:`send` completion is an
-    event its waiter resumes on: there, and where one is among those completed,
-    the events are kept (the same keys, :meth:`SimEnvironment.call_at`).
+    Completion of a :class:`Sender`'s transfers without events of their own. As
+    events, the transfers one link timer completes are, in order, the link's done
+    events (each handing the sender the freed slot), then the sender's done events
+    (each running its owner's callback), all ordinary events of this instant. At
+    the end of a (late) timer nothing can come between them: an ordinary event of
+    this instant queued before the timer has already run, the timer's own work
+    queues none, and a sender's slot handling queues only the next transfer's
+    latency timer, at a later time (latency > 0); what a callback queues at this
+    instant runs after the callbacks still to come, as it would after their
+    events. So on a link with latency the timer runs the slot handling of each,
+    then the callback of each: the same work in the same order, two events fewer
+    per transfer. A zero-latency link also completes transfers inside
+    :meth:`send` (in the middle of its caller), and a plain :meth:`send`'s
+    completion is an event its waiter resumes on: there, and where one of those
+    is among the transfers completed, the events are kept (same keys,
+    :meth:`~lmmsim.engine.clock.SimEnvironment.call_at`).
     """
 
     def __init__(self, env: SimEnvironment, spec: LinkSpec, name: str, on_transfer: TransferHook | None = None):
