@@ -1,6 +1,6 @@
 """The SimPy environment lmmsim runs on.
 
-Two additions to :class:`simpy.Environment`:
+Additions to :class:`simpy.Environment`:
 
 * :meth:`SimEnvironment.timeout_at` schedules an event at an absolute time.
   Engines compute step end times themselves (``start + duration``), and a
