@@ -195,3 +195,29 @@ def test_first_outside_event_is_the_earliest_foreign_entry():
             own = {entry[2]: None for entry in rng.sample(sorted(queue)[:6], min(num_own, size, 6))}
             foreign = [entry for entry in sorted(queue) if entry[2] not in own]
             assert first_outside_event(env, own) == (foreign[0][0] if foreign else float("inf"))
+
+
+def test_finishing_completions_inside_a_run_ahead_keep_the_order_of_ends(monkeypatch, tmp_path):
+    """A completion that finishes a request is completed inside the run ahead when nothing else in
+    the simulation comes first (pipeline_ff._finish_inline). In a fleet of pipelines the other
+    replicas' events interleave: requests streamed to disk (``sim.keep_requests: false``) are
+    written in the order they ended, and that order is stepping's, row for row."""
+    calls = []
+    finish = pipeline_ff._finish_inline
+
+    def spy(*args):
+        outcome = finish(*args)
+        calls.append(outcome)
+        return outcome
+
+    monkeypatch.setattr(pipeline_ff, "_finish_inline", spy)
+    overrides = ["deployment.replicas=2", "hardware.count=8", "workload.arrival.rate=3.0", "sim.keep_requests=false",
+                 "workload.num_requests=200"]
+    files = []
+    for ff in (False, True):
+        scn, base = load_scenario(BASE.format("vllm-pp"), [*overrides, f"sim.fast_forward={str(ff).lower()}"])
+        run = run_scenario(scn, base, spill_near=tmp_path)
+        files.append(pd.read_parquet(run.requests_path))
+    pd.testing.assert_frame_equal(files[1], files[0], check_exact=True)
+    assert calls.count(True) > 20, "no request finished inside a run ahead"
+    assert None in calls, "no run ahead met another replica's event before a finish"

@@ -27,10 +27,13 @@ conditions hold:
   (:meth:`Ahead.commit`: each cohort advances over its step ends, the KV pool
   gives the blocks), before anything outside can look.
 
-It stops before the first event it may not run this way: one at or after the
-barrier, a completion that finishes a request (``on_finish`` reaches outside), or
-a grant whose batch's KV blocks do not fit (the scheduler preempts); the events
-left go back to the engine's handlers under their keys. With every slot decoding
+A completion that finishes a request reaches outside (``on_finish``): when nothing
+else in the simulation comes before it, the run commits its steps, completes that
+batch with the engine's own code at its time, reads the new state and goes on
+while nothing can join (:func:`_finish_inline`). It stops before the first event it
+may not run this way: one at or after the barrier, such a completion with another
+event before it, or a grant whose batch's KV blocks do not fit (the scheduler
+preempts); the events left go back to the engine's handlers under their keys. With every slot decoding
 or empty, :mod:`lmmsim.engine.pipeline_steady` takes the steps without events.
 Tests compare runs with and without fast-forward bit for bit.
 """
@@ -151,13 +154,24 @@ class Ahead:
         self.sched = sched
         self.queue = queue
         self.cohorts = cohorts = sched.cohorts
+        self.num_stages = engine.num_stages
+        self.blocks_needed = [c.blocks_needed for c in cohorts]
+        self.phase, self.block_size = [c.phase_counts for c in cohorts], sched.block_size  # blocks_needed, inline
+        self.runs = [Step(s, 0, 0, 0, 0.0, 0.0) for s in range(len(cohorts))]  # one batch per slot at a time
+        self.read()
+        # handlers as attributes, so a queued event's function can be told by identity
+        self.h_granted, self.h_left0, self.h_done = self.granted, self.left_stage0, self.done
+
+    def read(self) -> None:
+        """Take the scheduler's state as it is now (at the start, and after a completion that
+        finished a request: :func:`_finish_inline`)."""
+        engine, sched, cohorts = self.engine, self.sched, self.cohorts
         self.step = [c.step_no for c in cohorts]
         # members never join or leave while running ahead: each slot's next finishing step is fixed
         self.finish_step = [c.step_no + c.steps_to_next_finish() - 1 if c.members else -1 for c in cohorts]
         self.kv_free = self.kv_start = sched.pool.num_free
         self.ends: list[list] = [[] for _ in cohorts]  # per slot: when each step run ahead ended
         self.last_grant = None
-        self.num_stages = engine.num_stages
         # members are fixed, so per slot: its size, its activation send, its context at the
         # first step (it grows by the size each step)
         self.size = [len(c) for c in cohorts]
@@ -166,17 +180,13 @@ class Ahead:
         self.act = [engine._activation_of(n) if n else 0.0 for n in self.size]
         self.step0 = list(self.step)
         self.ctx0 = [c.context_sum(c.step_no) for c in cohorts]
-        self.blocks_needed = [c.blocks_needed for c in cohorts]
-        self.phase, self.block_size = [c.phase_counts for c in cohorts], sched.block_size  # blocks_needed, inline
-        self.runs = [Step(s, 0, n, 0, 0.0, 0.0) for s, n in enumerate(self.size)]  # one batch per slot at a time
         self.any_decode = any(self.size)  # a slot decodes: lmmsim.engine.pipeline_steady may take over
-        # handlers as attributes, so a queued event's function can be told by identity
-        self.h_granted, self.h_left0, self.h_done = self.granted, self.left_stage0, self.done
 
     def new_run(self, slot: int, step: int, start: float, stage_s: float) -> Step:
         """``slot``'s batch of cohort step ``step``, granted stage 0 at ``start``."""
         run = self.runs[slot]
         run.step, run.start, run.stage_s, run.done_at = step, start, stage_s, None
+        run.num_decodes = self.size[slot]
         run.context_sum = self.ctx0[slot] + self.size[slot] * (step - self.step0[slot])
         return run
 
@@ -255,9 +265,7 @@ def run_ahead(engine, batch) -> None:
     env, queue = engine.env, engine._q
     ahead = Ahead(engine, queue)
     _rehandle(queue, {engine._h_done: ahead.h_done})  # the completions queued (the only entries at a quiet point)
-    barrier = engine.barrier_at()
-    if engine.outside_events_stop:
-        barrier = min(barrier, first_outside_event(env, {}))
+    barrier = _barrier(engine)
     engine._ahead = ahead
     engine._h_granted, engine._h_left0, engine._h_done = ahead.h_granted, ahead.h_left0, ahead.h_done
     try:
@@ -300,7 +308,6 @@ def first_outside_event(env, own: dict) -> float:
 def _loop(engine, queue: EngineQueue, ahead: Ahead, barrier: float) -> None:
     heap = queue.heap
     done, granted = ahead.h_done, ahead.h_granted
-    finish_step = ahead.finish_step
     steady_ok = ahead.any_decode
     while heap:
         if steady_ok and steady(engine, ahead):
@@ -310,12 +317,48 @@ def _loop(engine, queue: EngineQueue, ahead: Ahead, barrier: float) -> None:
                 return
         entry = heappop(heap)
         when, fn, value = entry[0], entry[3], entry[4]
-        if when >= barrier or (fn is done and value.step == finish_step[value.slot]) or (
-                fn is granted and not ahead.fits(value)):
-            # an outside event may come first; the completion finishes a request; the
-            # scheduler would preempt: stepping takes over from this event
+        if when >= barrier or (fn is granted and not ahead.fits(value)):
+            # an outside event may come first; the scheduler would preempt: stepping takes over
             heappush(heap, entry)
             return
-        queue.now = when
-        fn(value)
+        if fn is done and value.step == ahead.finish_step[value.slot]:  # the completion finishes a request
+            carry_on = _finish_inline(engine, queue, ahead, entry)
+            if carry_on is None:
+                heappush(heap, entry)
+            if not carry_on:
+                return
+            barrier = min(barrier, _barrier(engine))
+        else:
+            queue.now = when
+            fn(value)
         steady_ok = ahead.any_decode
+
+
+def _barrier(engine) -> float:
+    """The next arrival or the horizon; for a pipeline fed by other events too (e_pd), also the
+    simulation's next event (any may route work to it)."""
+    barrier = engine.barrier_at()
+    if engine.outside_events_stop:
+        barrier = min(barrier, first_outside_event(engine.env, {}))
+    return barrier
+
+
+def _finish_inline(engine, queue: EngineQueue, ahead: Ahead, entry: tuple) -> bool | None:
+    """A completion that finishes a request, within a run ahead: if the simulation has no event
+    before it, commit the steps run ahead and complete the batch with the engine's own code, as
+    stepping would at this point -- the clock set to it, ``on_finish`` reaching outside -- then
+    read the new state and go on if nothing can join. None: not run (something comes first);
+    True: run, go on; False: run, stop."""
+    env = engine.env
+    if env._queue and env._queue[0][:3] < entry[:3]:
+        return None
+    ahead.commit()
+    when, run = entry[0], entry[4]
+    queue.now = env._now = when
+    batch = run.batch(Batch) if isinstance(run, Step) else run  # (a completion queued before the run ahead)
+    engine._complete(batch.plan, batch.start, batch.encode_s)
+    engine._ask(batch.slot)
+    ahead.read()
+    sched = engine.scheduler
+    return not (sched.prefilling or sched.prefilled or len(sched.queue)) and all(
+        len(c) <= sched.token_budget for c in sched.cohorts)
