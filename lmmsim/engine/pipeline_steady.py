@@ -197,17 +197,16 @@ def run_steady(engine, ahead, queue, barrier: float) -> int:
 
 def _advance(engine, ahead, barrier, signals, block, line, state, next_id):
     """The loop: each turn one batch leaves stage 0 or the last stage, and stage 0's next holder
-    builds its batch. Event ids are numbered from ``next_id`` here: the change signals' keys as
-    the handlers draw them, then the events made (``[when, slot, step, None, start, stage_s, k]``,
-    made k-th) in the order they were made (:func:`_rebuild`). Returns (holder, its batch,
-    batches done, KV blocks free, last grant, the loop's next event id, events made)."""
+    builds its batch. Event ids are numbered from ``next_id``: the change signals' keys as drawn,
+    then the events made ``(when, slot, step, None, start, stage_s, k)``, by k (:func:`_rebuild`).
+    Returns (holder, its batch, batches done, KV free, last grant, next event id, events made)."""
     holder, (hold_end, hold, flight), keys, held = engine._holder, state, signals.keys, signals.held
-    step, phase, block_size, step0 = ahead.step, ahead.phase, ahead.block_size, ahead.step0
-    size, ctx0, act, finish_step = ahead.size, ahead.ctx0, ahead.act, ahead.finish_step
-    free, busy, stages = engine._stage_free, engine.stage_busy_s, range(1, engine.num_stages)
-    num_stages, step_cost, ends = engine.num_stages, ahead.step_cost, ahead.ends
-    cpp, cur, made, later = engine.chunk_pipelining, signals.cur, 0, busy[1] if num_stages > 1 else 0.0
-    done_count, kv_free, last_grant = 0, ahead.kv_free, None
+    step, phase, block_size, size, act = ahead.step, ahead.phase, ahead.block_size, ahead.size, ahead.act
+    free, busy, stages, finish_step = engine._stage_free, engine.stage_busy_s, range(1, engine.num_stages), ahead.finish_step
+    num_stages, step_cost, ends, kv_free = engine.num_stages, ahead.step_cost, ahead.ends, ahead.kv_free
+    cpp, cur, made, done_count, last_grant = engine.chunk_pipelining, signals.cur, 0, 0, None
+    later = busy[1] if num_stages > 1 else 0.0  # stages 1 and on are charged alike (run_steady)
+    ctx = [c + n * (k - k0) for c, n, k, k0 in zip(ahead.ctx0, size, step, ahead.step0)]  # each slot's context
     while True:
         d = flight[0][0] if flight else math.inf
         if hold_end < d:  # the holder leaves stage 0; the first decoding slot in line takes it
@@ -230,7 +229,7 @@ def _advance(engine, ahead, barrier, signals, block, line, state, next_id):
                 u = (f if f > u else u) + stage_s
                 free[s] = u
             later += stage_s
-            flight.append([u, holder, s_step, None, start, stage_s, made])
+            flight.append((u, holder, s_step, None, start, stage_s, made))
             made += 1
             holder = line.popleft() if line else None
             if holder == BLOCK or fire:  # the empty slots' turn
@@ -247,6 +246,7 @@ def _advance(engine, ahead, barrier, signals, block, line, state, next_id):
                 step[s] -= 1
                 break
             flight.popleft()
+            ctx[s] += size[s]
             ends[s].append(t)
             done_count += 1
             fire = keys[cur] is None
@@ -267,8 +267,8 @@ def _advance(engine, ahead, barrier, signals, block, line, state, next_id):
             break
         # stage 0 granted to ``holder`` at ``t``: its batch is built from its cohort's counters
         kv_free -= need
-        stage_s = step_cost[holder](ctx0[holder] + size[holder] * (step[holder] - step0[holder])) / num_stages
-        last_grant, hold = t, [t + (stage_s + 0.0), holder, step[holder], None, t, stage_s, made]
+        stage_s = step_cost[holder](ctx[holder]) / num_stages
+        last_grant, hold = t, (t + (stage_s + 0.0), holder, step[holder], None, t, stage_s, made)
         made += 1
         hold_end = hold[0]
     signals.cur = cur
@@ -298,9 +298,9 @@ def _queued_state(ahead, queue):
     for entry in sorted(queue.heap):
         if entry[3] is ahead.h_left0:
             run = entry[4]
-            hold_end, hold = entry[0], [entry[0], run.slot, run.step, entry, run.start, run.stage_s]
+            hold_end, hold = entry[0], (entry[0], run.slot, run.step, entry, run.start, run.stage_s)
         elif entry[3] is ahead.h_done:
-            flight.append([entry[0], entry[4].slot, entry[4].step, entry])
+            flight.append((entry[0], entry[4].slot, entry[4].step, entry))
         else:
             return None
     if any(a[0] >= b[0] for a, b in zip(flight, list(flight)[1:])):
