@@ -83,6 +83,7 @@ class DecodeCohort:
         self.step_ends = StepEnds()  # end time of each step run so far (from ``step_ends.base``)
         self._next_trim = float("inf")  # step_no at which to look for droppable steps (bound_ends)
         self._on_trim = None
+        self.version = 0  # counts joins and leaves: views of the members are current while it stands
 
     def __len__(self) -> int:
         return len(self.members)
@@ -115,6 +116,7 @@ class DecodeCohort:
     def enter(self, seq) -> None:
         """Join at the current step boundary with the request's counters as they are."""
         step = self.step_no
+        self.version += 1
         seq.in_decode = True
         seq.cohort = self
         seq.dec_base = seq.num_computed - step
@@ -128,6 +130,7 @@ class DecodeCohort:
     def leave(self, seq) -> None:
         """Leave at the current step boundary; materialises the request's counters."""
         del self.members[seq.request.request_id]
+        self.version += 1
         self._phase_counts[seq.dec_base % self.block_size] -= 1
         self._base_sum -= seq.dec_base
         seq.in_decode = False

@@ -132,7 +132,8 @@ class PipelineEngine:
             return
         num_slots = len(scheduler.cohorts)
         self._q = env  # where the engine's events go: the simulation, or its own queue (fast-forward)
-        self._ahead: Ahead | None = None
+        self._ahead: Ahead | None = None  # while running ahead
+        self._runner: Ahead | None = None  # the run-ahead handlers, made at the first
         self._changed = Change()
         self._holder = None  # the slot stage 0 is granted to
         self._waiting0: deque = deque()  # slots that asked for stage 0, in order

@@ -158,26 +158,32 @@ class Ahead:
         self.blocks_needed = [c.blocks_needed for c in cohorts]
         self.phase, self.block_size = [c.phase_counts for c in cohorts], sched.block_size  # blocks_needed, inline
         self.runs = [Step(s, 0, 0, 0, 0.0, 0.0) for s in range(len(cohorts))]  # one batch per slot at a time
-        self.read()
+        # members are fixed while running ahead, so per slot: its size, its step's cost by context, its
+        # activation send, its next finishing step -- kept from one run ahead to the next while the
+        # cohort's members stay the same (DecodeCohort.version)
+        self.size, self.step_cost, self.act, self.finish_step = ([0] * len(cohorts), [None] * len(cohorts),
+                                                                 [0.0] * len(cohorts), [-1] * len(cohorts))
+        self._versions = [-1] * len(cohorts)
         # handlers as attributes, so a queued event's function can be told by identity
         self.h_granted, self.h_left0, self.h_done = self.granted, self.left_stage0, self.done
 
     def read(self) -> None:
-        """Take the scheduler's state as it is now (at the start, and after a completion that
-        finished a request: :func:`_finish_inline`)."""
+        """Take the scheduler's state as it is now (as a run ahead starts, and after a completion
+        that finished a request: :func:`_finish_inline`)."""
         engine, sched, cohorts = self.engine, self.sched, self.cohorts
         self.step = [c.step_no for c in cohorts]
-        # members never join or leave while running ahead: each slot's next finishing step is fixed
-        self.finish_step = [c.step_no + c.steps_to_next_finish() - 1 if c.members else -1 for c in cohorts]
         self.kv_free = self.kv_start = sched.pool.num_free
         self.ends: list[list] = [[] for _ in cohorts]  # per slot: when each step run ahead ended
         self.last_grant = None
-        # members are fixed, so per slot: its size, its activation send, its context at the
-        # first step (it grows by the size each step)
-        self.size = [len(c) for c in cohorts]
-        cost = engine.cost
-        self.step_cost = [decode_step_cost(cost, n) if n else None for n in self.size]  # by context
-        self.act = [engine._activation_of(n) if n else 0.0 for n in self.size]
+        versions = self._versions
+        for slot, c in enumerate(cohorts):
+            if c.version != versions[slot]:  # members joined or left since the last look
+                versions[slot] = c.version
+                n = self.size[slot] = len(c.members)
+                self.step_cost[slot] = decode_step_cost(engine.cost, n) if n else None  # by context
+                self.act[slot] = engine._activation_of(n) if n else 0.0
+                self.finish_step[slot] = c.step_no + c.steps_to_next_finish() - 1 if n else -1
+        # each slot's context at the first step (it grows by the size each step)
         self.step0 = list(self.step)
         self.ctx0 = [c.context_sum(c.step_no) for c in cohorts]
         self.any_decode = any(self.size)  # a slot decodes: lmmsim.engine.pipeline_steady may take over
@@ -234,12 +240,6 @@ class Ahead:
         engine.notify()
         engine._ask(slot)
 
-    def close(self) -> None:
-        """Drop the handlers kept as attributes: each holds this object, a cycle that only the
-        cyclic collector would free (thousands of run-aheads' worth, traversed by every young
-        collection, were most of a pipeline run's collector time)."""
-        del self.h_granted, self.h_left0, self.h_done
-
     def commit(self) -> None:
         """The scheduler takes the steps run ahead (no request finishes in them)."""
         sched = self.sched
@@ -262,8 +262,11 @@ def quiet_point(engine) -> bool:
 
 def run_ahead(engine, batch) -> None:
     """Run ``batch`` leaving stage 0 now and the engine's events after it, ahead of the clock."""
-    env, queue = engine.env, engine._q
-    ahead = Ahead(engine, queue)
+    queue = engine._q
+    ahead = engine._runner  # one per engine, kept: a run ahead's objects are not garbage for the collector
+    if ahead is None:
+        ahead = engine._runner = Ahead(engine, queue)
+    ahead.read()
     _rehandle(queue, {engine._h_done: ahead.h_done})  # the completions queued (the only entries at a quiet point)
     barrier = _barrier(engine)
     engine._ahead = ahead
@@ -277,7 +280,6 @@ def run_ahead(engine, batch) -> None:
     ahead.commit()
     _rehandle(queue, {ahead.h_granted: engine._h_granted, ahead.h_left0: engine._h_left0,
                       ahead.h_done: engine._h_done})
-    ahead.close()
 
 
 def _rehandle(queue: EngineQueue, real: dict) -> None:
