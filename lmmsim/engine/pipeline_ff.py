@@ -110,8 +110,12 @@ class EngineQueue:
                 if not heap:
                     break
                 nxt = heap[0]
-                if nxt[0] >= limit or (queue and queue[0][:3] < nxt[:3]):
+                if nxt[0] >= limit:
                     break
+                if queue:  # (times first: a tie needs the whole key)
+                    first = queue[0]
+                    if first[0] < nxt[0] or (first[0] == nxt[0] and first[:3] < nxt[:3]):
+                        break
         finally:
             self.busy = False
         if heap:
