@@ -222,3 +222,19 @@ def test_finishing_completions_inside_a_run_ahead_keep_the_order_of_ends(monkeyp
     pd.testing.assert_frame_equal(files[1], files[0], check_exact=True)
     assert calls.count(True) > 20, "no request finished inside a run ahead"
     assert None in calls, "no run ahead met another replica's event before a finish"
+
+
+@pytest.mark.parametrize("extra", [["workload.arrival.think_time_s=0"],
+                                   ["workload.arrival.think_time_s=0", "deployment.replicas=2", "hardware.count=8"]])
+def test_closed_loop_pipeline_equals_stepping(extra):
+    """A closed loop sends the next request from inside a completion (think time 0: at that very
+    instant), so work reaches a pipeline from within its own events: the merged queue must still
+    give stepping's timeline, one replica or two."""
+    overrides = ["system=gllm", "model=internvl3.5-38b", "hardware.gpu=h100-96gb", "hardware.count=4",
+                 "deployment.pp=4", "workload.num_requests=150", *extra]
+    runs = []
+    for ff in ("true", "false"):
+        scn, base = load_scenario("scenarios/closed-loop.yaml", [*overrides, f"sim.fast_forward={ff}"])
+        runs.append(run_scenario(scn, base))
+    pd.testing.assert_frame_equal(runs[0].requests, runs[1].requests, check_exact=True)
+    assert runs[0].summary["sim_events"] < runs[1].summary["sim_events"]
