@@ -234,3 +234,52 @@ def test_one_worker_pool_serves_every_execution_inside_shared_pool():
     assert executors.pool_for() is None
     with pytest.raises(RuntimeError):  # shut down on exit
         pool.submit(abs, -1)
+
+
+def _prefill_memo_size(pred) -> int:
+    return len(pred._shared._memos[("attention_prefill", None)])
+
+
+def test_prefetched_prefill_calls_equal_calls_made_one_by_one(fit_folder):
+    gpu = catalog.get_gpu(GPU)
+    rnd = random.Random(5)
+    calls = [(n, n + rnd.choice([0, 0, rnd.randint(1, 9000)]), 8, 1, 128, True) for n in range(1, 3000, 7)]
+    fitcache.clear()
+    warm = FittedPredictor(fit_folder, gpu)
+    warm.prefetch_attention_prefill(calls)
+    assert _prefill_memo_size(warm) == len(calls)  # every call evaluated into the process's memo ...
+    assert warm.predicted_s["attention_prefill"] == 0.0 and warm.extrapolated["attention_prefill"] == 0  # ... none counted
+    fast = [warm.attention_prefill_s(*c) for c in calls]
+    assert _prefill_memo_size(warm) == len(calls)  # the calls were answered from it
+    fitcache.clear()
+    cold = FittedPredictor(fit_folder, gpu)
+    assert [cold.attention_prefill_s(*c) for c in calls] == fast
+    assert _counters(warm) == _counters(cold)
+    assert 0 < cold.extrapolated["attention_prefill"] < len(calls)  # inside and outside the data
+
+
+def test_a_step_model_prefetching_fresh_prefills_gives_the_steps_and_counts_of_calls_made_alone(fit_folder,
+                                                                                                monkeypatch):
+    from lmmsim.costmodel.composed import ComposedStepCostModel
+
+    gpu, model = catalog.get_gpu(GPU), catalog.get_model("qwen2.5-vl-72b")
+    rnd = random.Random(11)
+    steps = []
+    for _ in range(300):  # fresh prefills, later chunks and decodes, as an engine's steps mix them
+        fresh = rnd.randint(1, 2048)
+        steps.append((((fresh, fresh), (512, 512 + rnd.randint(1, 5000))), rnd.randint(0, 64), 40000, 3))
+
+    def run():
+        fitcache.clear()
+        pred = FittedPredictor(fit_folder, gpu, next(iter(gpu.links.values())))
+        cost = ComposedStepCostModel(model, gpu, 8, pred)
+        return [cost.llm_step_s(*s) for s in steps], pred
+
+    times, prefetched = run()
+    assert _prefill_memo_size(prefetched) > 2 * len(steps)  # the blocks of fresh prefills were evaluated together
+    monkeypatch.setattr(FittedPredictor, "prefetch_attention_prefill", lambda self, calls: None)
+    alone_times, alone = run()
+    assert _prefill_memo_size(alone) <= 2 * len(steps)  # each call evaluated alone
+    assert times == alone_times
+    assert _counters(prefetched) == _counters(alone)
+    assert 0 < alone.extrapolated["attention_prefill"] < 2 * len(steps)

@@ -84,13 +84,12 @@ from lmmsim.catalog import BYTES_PER_PARAM_BF16, WHISPER_MEL_BINS, GpuSpec, Mode
 from lmmsim.costmodel.base import OperatorPredictor
 from lmmsim.costmodel.data_parallel import dp_attention, per_rank, rank_tokens, step_parts as _dp_step_parts, step_s as _dp_step_s
 from lmmsim.costmodel.decode_step import DecodeSteps
-from lmmsim.costmodel.engine_overheads import EngineOverheads
-from lmmsim.costmodel.fitcache import prefetch_dense_block
+from lmmsim.costmodel.engine_overheads import EngineOverheads, step_terms
+from lmmsim.costmodel.fitcache import prefetch_dense_block, prefetch_fresh_prefills
 from lmmsim.costmodel.moe import DEFAULT_ALL2ALL, DEFAULT_ROUTING, layers_cost
 from lmmsim.costmodel.split_view import OPS as _OPS
 from lmmsim.costmodel.split_view import BorrowedSplit as _BorrowedSplit
 from lmmsim.costmodel.split_view import ExtraOps as _ExtraOps
-from lmmsim.costmodel.split_view import Split as _Split
 from lmmsim.costmodel.split_view import SplitView as _SplitView
 from lmmsim.errors import UserError
 from lmmsim.workload.request import EncoderWork
@@ -154,7 +153,7 @@ class ComposedStepCostModel:
         self._plain = llm.moe is None and not llm.qk_norm and dtype == "bf16" and dp == 1
 
         self._dense_memo: dict[int, float] = {}
-        self._prefetched: set[int] = set()  # blocks of token counts prefetch_dense_block has seen
+        self._prefetched: set[tuple] = set()  # (kind, block): the blocks fitcache's prefetches have seen
         self._prefill_memo: dict[tuple[int, int], float] = {}
         self._head_memo: dict[int, float] = {}
         self._encode_memo: dict[tuple[tuple[int, int], ...], float] = {}
@@ -255,7 +254,7 @@ class ComposedStepCostModel:
         """The engine terms of a step (memoised by token count, negative when nothing is sampled)."""
         key = tokens if num_sampled > 0 else -tokens
         t = self._engine_memo.get(key)
-        return self._store(self._engine_memo, key, sum(self._engine_terms(self.predictor, key).values())) if t is None else t
+        return self._store(self._engine_memo, key, sum(step_terms(self, self.predictor, key).values())) if t is None else t
 
     def llm_step_parts(
         self,
@@ -305,7 +304,7 @@ class ComposedStepCostModel:
             key = tokens if num_sampled > 0 else -tokens
             t = self._engine_parts_memo.get(key)
             if t is None:
-                t = self._store(self._engine_parts_memo, key, sum(self._engine_terms(self._split, key).values()).pair())
+                t = self._store(self._engine_parts_memo, key, sum(step_terms(self, self._split, key).values()).pair())
             c += t[0]
             m += t[1]
         return (c, m)
@@ -338,7 +337,7 @@ class ComposedStepCostModel:
         if num_sampled > 0:
             out["lm_head"] = self._lm_head_cost(p, num_sampled)
         if self._ov_active:
-            out.update({k: float(v) for k, v in self._engine_terms(p, tokens if num_sampled > 0 else -tokens).items()})
+            out.update({k: float(v) for k, v in step_terms(self, p, tokens if num_sampled > 0 else -tokens).items()})
         return out
 
     def prefill_s(self, num_tokens: int) -> float:
@@ -356,13 +355,14 @@ class ComposedStepCostModel:
         return self._store(self._dense_memo, tokens, self._dense_cost(self.predictor, tokens))
 
     def _prefill_attention(self, chunk: tuple[int, int]) -> float:
+        prefetch_fresh_prefills(self, chunk)  # a fresh prefill's block of prompt lengths together (fitcache)
         return self._store(self._prefill_memo, chunk, self._prefill_attention_cost(self.predictor, chunk))
 
     def _lm_head(self, num_sampled: int) -> float:
         return self._store(self._head_memo, num_sampled, self._lm_head_cost(self.predictor, num_sampled))
 
     # Compositions: ``p`` is the predictor (-> float seconds) or the split view
-    # (-> _Split pairs); the arithmetic is written once for both.
+    # (-> split_view.Split pairs); the arithmetic is written once for both.
     def _dense_cost(self, p, tokens: int):
         """All of a step that depends only on its total token count, over all layers:
         linear layers, all-reduces, norms, rotary, activation, embedding, final norm."""
@@ -393,28 +393,6 @@ class ComposedStepCostModel:
     def _linear(self, p, x, m: int, n: int, k: int):
         """A linear layer's GEMM: W8A8 FP8 (``x.gemm_fp8_s``) under ``dtype: fp8``, else bf16."""
         return x.gemm_fp8_s(m, n, k) if self.dtype == "fp8" else p.gemm_s(m, n, k)
-
-    def _engine_terms(self, p, key: int) -> dict:
-        """Engine terms of a step of ``abs(key)`` tokens (rows sampled when ``key > 0``),
-        by name; see :mod:`lmmsim.costmodel.engine_overheads` for each term's source."""
-        ov = self.overheads
-        tokens, sampled = abs(key), key > 0
-        cpu = (lambda s: s) if p is self.predictor else (lambda s: _Split(0.0, s))  # host time: not SM-bound
-        terms = {"cudagraph_padding": 0, "kv_write": 0, "collective_launch": cpu(0.0), "step_cpu": cpu(ov.step_cpu_s)}
-        rank = _ceil_div(tokens, self.dp)  # DP ranks pad and capture graphs per rank, in lockstep
-        padded = ov.padded_tokens(rank)
-        if padded != rank:
-            terms["cudagraph_padding"] = self._dense_cost(p, padded * self.dp) + self._dense_cost(p, tokens) * -1
-        if ov.kv_write:
-            # reshape_and_cache: read the new K and V, write them into the paged cache
-            kv_bytes = 2 * rank * self._kv_heads * self._head_dim * B
-            written = kv_bytes // 2 if self._kv_fp8 else kv_bytes  # an FP8 cache stores 1 byte per element
-            terms["kv_write"] = self._layers * p.elementwise_s(kv_bytes + written, op="kv_write")
-        a2a = 2 * self.model.llm.num_moe_layers if self.dp > 1 else 0  # dispatch + combine per MoE layer
-        if (self.tp > 1 or a2a) and ov.collective_launch_s and not ov.graph_captured(rank):
-            calls = 2 * self._layers + 1 + (1 if sampled else 0) + a2a  # per-layer all-reduces, embedding, logits gather
-            terms["collective_launch"] = cpu(calls * ov.collective_launch_s)
-        return terms
 
     def _prefill_attention_cost(self, p, chunk: tuple[int, int]):
         """Causal attention of one prefill chunk, over all layers."""

@@ -15,6 +15,7 @@ rank in the cost model itself. With ``dp == 1`` nothing here runs.
 
 from __future__ import annotations
 
+from lmmsim.costmodel.engine_overheads import step_terms
 from lmmsim.costmodel.moe import layers_cost
 from lmmsim.costmodel.split_view import Split
 
@@ -57,7 +58,7 @@ def step_parts(cm, prefill_chunks, num_decodes, decode_context_sum, num_sampled)
     if num_sampled > 0:
         terms.append(cm._lm_head_cost(s, num_sampled))
     if cm._ov_active:
-        terms.append(sum(cm._engine_terms(s, tokens if num_sampled > 0 else -tokens).values()))
+        terms.append(sum(step_terms(cm, s, tokens if num_sampled > 0 else -tokens).values()))
     return sum(terms).pair()
 
 

@@ -70,7 +70,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, NonNegativeFloat, PositiveInt
 
+from lmmsim.catalog import BYTES_PER_PARAM_BF16
 from lmmsim.costmodel.encoder_call import CUDA_LAUNCH_US
+from lmmsim.costmodel.split_view import Split
 
 #: vLLM's default largest CUDA-graph capture size (``min(2 * max_num_seqs, 512)``).
 VLLM_MAX_CAPTURE_SIZE = 512
@@ -171,3 +173,28 @@ class EngineOverheads:
         return {"cudagraphs": self.cudagraphs, "cudagraph_max_tokens": self.max_capture,
                 "cudagraph_padding": self.cudagraph_padding, "collective_launch_us": self.collective_launch_s * 1e6,
                 "step_cpu_us": self.step_cpu_s * 1e6, "kv_write": self.kv_write}
+
+
+def step_terms(cm, p, key: int) -> dict:
+    """The engine terms of a step of ``abs(key)`` tokens (rows sampled when ``key > 0``) of the step
+    cost model ``cm`` (:class:`~lmmsim.costmodel.composed.ComposedStepCostModel`), by name, over
+    ``p``: its predictor (seconds) or its split view (:class:`~lmmsim.costmodel.split_view.Split`
+    pairs). Each term's source: the module docstring."""
+    ov = cm.overheads
+    tokens, sampled = abs(key), key > 0
+    cpu = (lambda s: s) if p is cm.predictor else (lambda s: Split(0.0, s))  # host time: not SM-bound
+    terms = {"cudagraph_padding": 0, "kv_write": 0, "collective_launch": cpu(0.0), "step_cpu": cpu(ov.step_cpu_s)}
+    rank = -(-tokens // cm.dp)  # DP ranks pad and capture graphs per rank, in lockstep
+    padded = ov.padded_tokens(rank)
+    if padded != rank:
+        terms["cudagraph_padding"] = cm._dense_cost(p, padded * cm.dp) + cm._dense_cost(p, tokens) * -1
+    if ov.kv_write:
+        # reshape_and_cache: read the new K and V, write them into the paged cache
+        kv_bytes = 2 * rank * cm._kv_heads * cm._head_dim * BYTES_PER_PARAM_BF16
+        written = kv_bytes // 2 if cm._kv_fp8 else kv_bytes  # an FP8 cache stores 1 byte per element
+        terms["kv_write"] = cm._layers * p.elementwise_s(kv_bytes + written, op="kv_write")
+    a2a = 2 * cm.model.llm.num_moe_layers if cm.dp > 1 else 0  # dispatch + combine per MoE layer
+    if (cm.tp > 1 or a2a) and ov.collective_launch_s and not ov.graph_captured(rank):
+        calls = 2 * cm._layers + 1 + (1 if sampled else 0) + a2a  # per-layer all-reduces, embedding, logits gather
+        terms["collective_launch"] = cpu(calls * ov.collective_launch_s)
+    return terms

@@ -267,6 +267,18 @@ class _ElementwiseCalls:
         return 0.0
 
 
+class _PrefillCalls:
+    """A stand-in predictor for a prefill chunk's composition: records its attention calls
+    (the predictor's arguments) and answers every call 0."""
+
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    def attention_prefill_s(self, *args) -> float:
+        self.calls.append(args)
+        return 0.0
+
+
 def prefetch_dense_block(cm, tokens: int) -> None:
     """On a step cost model's first dense miss in a block of :data:`PREFETCH_BLOCK` token
     counts, hand its fitted predictor the elementwise calls of the whole block (the
@@ -276,9 +288,9 @@ def prefetch_dense_block(cm, tokens: int) -> None:
     the extrapolated share are those of calls made one by one. ``cm``: a
     :class:`~lmmsim.costmodel.composed.ComposedStepCostModel` of a plain dense model."""
     block = (tokens - 1) // PREFETCH_BLOCK
-    if block in cm._prefetched:
+    if ("dense", block) in cm._prefetched:
         return
-    cm._prefetched.add(block)
+    cm._prefetched.add(("dense", block))
     prefetch = getattr(cm.predictor, "prefetch_elementwise", None)
     if prefetch is None:
         return
@@ -286,4 +298,30 @@ def prefetch_dense_block(cm, tokens: int) -> None:
     lo = block * PREFETCH_BLOCK + 1
     for n in range(lo, lo + PREFETCH_BLOCK):
         cm._dense_cost(recorder, n)
+    prefetch(recorder.calls)
+
+
+def prefetch_fresh_prefills(cm, chunk: tuple) -> None:
+    """On a step cost model's first miss of a fresh prefill ``(n, n)`` (a whole prompt, or its
+    first chunk) in a block of :data:`PREFETCH_BLOCK` prompt lengths, hand its predictor the
+    attention calls of the block's fresh prefills (the composition's own, run on
+    :class:`_PrefillCalls`): an engine meets most prompt lengths up to its chunk budget that
+    way, each a forest walk of its own (~40 us a call, most of a prefill's memo misses), and the
+    predictor evaluates them in one pass into the shared memo, which counts nothing. The run
+    then counts its own calls as before. A later chunk of a prompt, ``(n, context)``, rarely
+    repeats a shape: it is left to its own call."""
+    new_tokens, context = chunk
+    if new_tokens != context or type(new_tokens) is not int or new_tokens <= 0:
+        return  # (another int type would be memoised under another key)
+    block = (new_tokens - 1) // PREFETCH_BLOCK
+    if ("fresh", block) in cm._prefetched:
+        return
+    cm._prefetched.add(("fresh", block))
+    prefetch = getattr(cm.predictor, "prefetch_attention_prefill", None)
+    if prefetch is None:
+        return
+    recorder = _PrefillCalls()
+    lo = block * PREFETCH_BLOCK + 1
+    for n in range(lo, lo + PREFETCH_BLOCK):
+        cm._prefill_attention_cost(recorder, (n, n))
     prefetch(recorder.calls)

@@ -345,6 +345,16 @@ class FittedPredictor:
             lc = classes["elementwise"] if op is None else classes["elementwise"].per_op[op]
             self._shared.scalar("elementwise", lc, op).fill(args)
 
+    def prefetch_attention_prefill(self, calls) -> None:
+        """Evaluate the prefill-attention calls ``calls`` (:meth:`attention_prefill_s`'s arguments) this
+        run may make soon, together, into the process's memo, as :meth:`prefetch_elementwise` does:
+        nothing is counted or memoised for this run. Only a forest gains (one pass for all)."""
+        lc = self.fit.classes.get("attention_prefill")
+        if lc is None or lc.kind != "forest" or lc.derived_from:
+            return
+        self._shared.scalar("attention_prefill", lc).fill(
+            [(n, c, h, kv, hd, bool(causal)) for n, c, h, kv, hd, causal in calls if 0 < n <= c])
+
     def allreduce_s(self, num_bytes: float, world: int) -> float:
         """All-reduce of ``num_bytes`` over ``world`` GPUs; 0 for one GPU or no bytes."""
         if world <= 1 or num_bytes <= 0:
