@@ -10,7 +10,8 @@ it (a 128 MB array rewritten) and warm (calls back to back), for ``scalar_s`` (a
 descended together by numpy gathers over flat arrays) and for the walk it replaced (each
 tree in turn, a Python loop over lists of boxed numbers, kept here as the comparison),
 on the prefill-attention, decode-attention and p2p forests, and checks both give the same
-floats.
+floats. Then the vectorised walk of a GEMM block (``SharedFit.gemm_block``: 128 token counts of
+one weight shape, a dense step's memo miss), cold and warm, over RServe's four LLM shapes.
 """
 
 from __future__ import annotations
@@ -97,6 +98,22 @@ def main() -> None:
             nc, nw = per_call_us(forest.scalar_s, rows, evict)
             name = f"{gpu} {op_class} ({len(forest.left):,} nodes)"
             print(f"{name:<48} {lc:10.1f} {nc:10.1f} {lw:10.1f} {nw:10.1f}")
+        gemm_blocks(gpu, evict)
+
+
+def gemm_blocks(gpu: str, evict) -> None:
+    """One 128-row walk of the GEMM forest (the rows of ``SharedFit.gemm_block``), cold and warm."""
+    with np.load(catalog.find(catalog.get_gpu(gpu).fitted_profile) / "gemm.forest.npz") as a:
+        forest = ForestModel(a)
+    blocks = []
+    for n, k in ((10240, 8192), (8192, 8192), (59392, 8192), (8192, 29696)):  # Qwen2.5-72B, tp 1
+        for lo in range(1, 2049, 128):
+            f = CLASSES["gemm"].features(np.arange(lo, lo + 128.0), np.full(128, float(n)), np.full(128, float(k)))
+            X = np.column_stack([np.broadcast_to(np.asarray(f[c], float), (128,))
+                                 for c in CLASSES["gemm"].log_features])
+            blocks.append(X.astype(np.float32).astype(float))
+    cold, warm = per_call_us(forest._leaf_totals, blocks, evict)
+    print(f"{gpu + ' gemm, 128-row blocks':<48} {'':>10} {cold:10.1f} {'':>10} {warm:10.1f}")
 
 
 if __name__ == "__main__":

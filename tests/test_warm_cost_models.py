@@ -248,7 +248,8 @@ def test_prefetched_prefill_calls_equal_calls_made_one_by_one(fit_folder):
     warm = FittedPredictor(fit_folder, gpu)
     warm.prefetch_attention_prefill(calls)
     assert _prefill_memo_size(warm) == len(calls)  # every call evaluated into the process's memo ...
-    assert warm.predicted_s["attention_prefill"] == 0.0 and warm.extrapolated["attention_prefill"] == 0  # ... none counted
+    # ... none counted
+    assert warm.predicted_s["attention_prefill"] == 0.0 and warm.extrapolated["attention_prefill"] == 0
     fast = [warm.attention_prefill_s(*c) for c in calls]
     assert _prefill_memo_size(warm) == len(calls)  # the calls were answered from it
     fitcache.clear()
