@@ -4,12 +4,13 @@ host costs of an encoder call (lmmsim.costmodel.encoder_call)."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from lmmsim import catalog
-from lmmsim.costmodel.encoder_call import EncoderCallCosts, encoder_call_costs, processed_bytes
+from lmmsim.costmodel.encoder_call import EncoderCallCosts, dispatch_row, encoder_call_costs, processed_bytes
 from lmmsim.costmodel.engine_overheads import EngineCostsConfig
 from lmmsim.costmodel.host_costs import Curve, HostCosts, load_profile, processor_family
 from lmmsim.errors import UserError
@@ -100,6 +101,38 @@ def _dispatch_csv(folder, family="clip", time_us=100.0, kernel_ops=20):
     pd.DataFrame([{"family": family, "dtype": "bfloat16", "grad_mode": "inference_mode", "time_us": time_us,
                    "ops_per_layer": kernel_ops + 10, "kernel_ops_per_layer": kernel_ops}]).to_csv(
         folder / "encoder_dispatch.csv", index=False)
+
+
+def _dispatch_row_of_the_frame(folder, family, variant=None):
+    """dispatch_row as it was, by boolean indexing of the frame (the reference)."""
+    df = pd.read_csv(folder / "encoder_dispatch.csv")
+    rows = df[df["family"] == family]
+    if variant is not None and "encoder" in rows and (rows["encoder"] == variant).any():
+        rows = rows[rows["encoder"] == variant]
+    for col, want in (("dtype", "bfloat16"), ("grad_mode", "inference_mode")):
+        if col in rows and (rows[col] == want).any():
+            rows = rows[rows[col] == want]
+    return None if rows.empty else rows.iloc[0].to_dict()
+
+
+def test_the_dispatch_row_is_the_frames_row_value_for_value_and_type_for_type(tmp_path):
+    shipped = Path(__file__).resolve().parent.parent / "lmmsim" / "profiles" / "host" / "cpu"
+    _dispatch_csv(tmp_path)  # no encoder column
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    pd.DataFrame([{"family": "clip", "time_us": 5.5, "kernel_ops_per_layer": 3},  # neither dtype nor grad mode
+                  {"family": "clip", "time_us": 7.25, "kernel_ops_per_layer": 4}]).to_csv(
+        bare / "encoder_dispatch.csv", index=False)
+    seen = 0
+    for folder in (shipped, tmp_path, bare):
+        for family in ("clip", "siglip", "qwen_vit", "intern_vit", "whisper", "none"):
+            for variant in (None, "qwen2_5_vl", "qwen3_vl", "other"):
+                want, got = _dispatch_row_of_the_frame(folder, family, variant), dispatch_row(folder, family, variant)
+                assert got == want and (want is None or [type(v) for v in got.values()] == [
+                    type(v) for v in want.values()]), (folder, family, variant)
+                seen += want is not None
+    assert seen > 20
+    assert dispatch_row(shipped, "qwen_vit", "qwen3_vl") != dispatch_row(shipped, "qwen_vit", "qwen2_5_vl")
 
 
 def test_eager_issue_is_per_layer_dispatch_plus_launches_and_hides_behind_the_gpu(tmp_path):

@@ -57,18 +57,21 @@ def processed_bytes(family: str, patch_size: int, work) -> int:
 
 
 def dispatch_row(folder: Path, family: str, variant: str | None = None) -> dict | None:
-    """The measured eager-layer row for an encoder family (bfloat16, inference mode where recorded)."""
+    """The measured eager-layer row for an encoder family (bfloat16, inference mode where recorded):
+    its values as ``DataFrame.iloc[i].to_dict()`` gives them (pandas' parsing and column types).
+    The rows are picked over the columns' Python lists, not by boolean indexing of the frame
+    (the same tests; a few ms of a run's set-up)."""
     path = Path(folder) / "encoder_dispatch.csv"
     if not path.is_file():
         return None
     df = pd.read_csv(path)
-    rows = df[df["family"] == family]
-    if variant is not None and "encoder" in rows and (rows["encoder"] == variant).any():
-        rows = rows[rows["encoder"] == variant]
-    for col, want in (("dtype", "bfloat16"), ("grad_mode", "inference_mode")):
-        if col in rows and (rows[col] == want).any():
-            rows = rows[rows[col] == want]
-    return None if rows.empty else rows.iloc[0].to_dict()
+    cols = {c: df[c].tolist() for c in df.columns}
+    rows = [i for i, v in enumerate(cols["family"]) if v == family]
+    for col, want in (("encoder", variant), ("dtype", "bfloat16"), ("grad_mode", "inference_mode")):
+        if want is not None and col in cols:
+            kept = [i for i in rows if cols[col][i] == want]
+            rows = kept or rows  # a value nobody recorded keeps the rows
+    return {c: v[rows[0]] for c, v in cols.items()} if rows else None
 
 
 def encoder_variant(model) -> str | None:
