@@ -178,6 +178,23 @@ def test_encoder_call_host_time_is_part_of_an_in_engine_encode():
     assert math.isclose(cost.encode_s(works), gpu_s)  # the GPU time itself is unchanged
 
 
+def test_a_one_item_encoder_batch_has_the_key_time_and_host_time_of_the_grouped_path():
+    from lmmsim.costmodel.composed import ComposedStepCostModel
+    from lmmsim.costmodel.roofline import RooflinePredictor
+
+    model, gpu = catalog.get_model("qwen2.5-vl-72b"), catalog.get_gpu("h100-sxm-80gb")
+    one, grouped = (ComposedStepCostModel(model, gpu, 1, RooflinePredictor(gpu, gpu.links["nvlink"]))
+                    for _ in range(2))
+    call = EncoderCallCosts("qwen_vit", 14, 32, 4e-6, 64e9, issue_s=0.004)
+    works = [EncoderWork(units, length) for units in (0, 1, 3) for length in (0, 64, 1369, 4096)]
+    for w in works:  # a second item without units takes the grouping path to the same key
+        assert one.encode_s([w]) == grouped.encode_s([w, EncoderWork(0, 9)])
+        for gpu_s in (0.0, 0.001, 0.01):
+            assert call.host_s([w], gpu_s) == sum(call.h2d_s(x) for x in [w]) + max(0.0, call.issue_s - gpu_s)
+    assert list(one._encode_memo.items()) == list(grouped._encode_memo.items())
+    assert len(one._encode_memo) == 6 and one.encode_s([EncoderWork(0, 64)]) == 0.0
+
+
 def test_a_text_request_pays_tokenisation_only():
     """api_server placement: tokenisation at the measured vocabulary nearest the model's, no media."""
     from types import SimpleNamespace

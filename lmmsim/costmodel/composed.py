@@ -101,6 +101,15 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _units_key(works) -> tuple:
+    """An encoder batch as ``((seq_len, units), ...)`` by length (empty items left out): its cost's memo key."""
+    units: dict[int, int] = {}
+    for w in works:
+        if w.num_units > 0 and w.seq_len > 0:
+            units[w.seq_len] = units.get(w.seq_len, 0) + w.num_units
+    return tuple(sorted(units.items()))
+
+
 class ComposedStepCostModel:
     """LLM step and encoder costs of one engine: ``model`` on ``tp`` x ``gpu``.
 
@@ -419,15 +428,15 @@ class ComposedStepCostModel:
         holds (the cost does not depend on how units are grouped into items),
         which is also the memo key.
         """
-        if not works:
-            return 0.0
-        units: dict[int, int] = {}
-        for w in works:
-            if w.num_units > 0 and w.seq_len > 0:
-                units[w.seq_len] = units.get(w.seq_len, 0) + w.num_units
-        if not units:
-            return 0.0
-        key = tuple(sorted(units.items()))
+        if len(works) == 1:  # most encoder batches: the key of one item without grouping (the same key)
+            w = works[0]
+            if not (w.num_units > 0 and w.seq_len > 0):
+                return 0.0
+            key = ((w.seq_len, w.num_units),)
+        else:
+            key = _units_key(works)
+            if not key:
+                return 0.0
         t = self._encode_memo.get(key)
         if t is None:
             t = self._store(self._encode_memo, key, self._encode(self.predictor, key))
@@ -450,15 +459,9 @@ class ComposedStepCostModel:
     def encode_parts(self, works: Sequence[EncoderWork]) -> tuple[float, float]:
         """``(compute_s, memory_s)`` of :meth:`encode_s`; their sum is ``encode_s(works)``
         up to float rounding. Memoised on the same key as ``encode_s``."""
-        if not works:
+        key = _units_key(works)
+        if not key:
             return (0.0, 0.0)
-        units: dict[int, int] = {}
-        for w in works:
-            if w.num_units > 0 and w.seq_len > 0:
-                units[w.seq_len] = units.get(w.seq_len, 0) + w.num_units
-        if not units:
-            return (0.0, 0.0)
-        key = tuple(sorted(units.items()))
         t = self._encode_parts_memo.get(key)
         if t is None:
             t = self._store(self._encode_parts_memo, key, self._encode(self._split, key).pair())
