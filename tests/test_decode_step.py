@@ -65,10 +65,13 @@ def test_a_cost_model_without_it_is_wrapped():
         assert [at(c) for c in _contexts(n)] == [cost.llm_step_s((), n, c, n) for c in _contexts(n)]
 
 
-def test_folded_attention_is_the_roofline_s():
+def test_roofline_terms_give_attention_decode_s():
+    """decode attention from attention_decode_terms, evaluated as kernel_s evaluates, is the roofline's."""
     _, pred = _roofline()
     for n in BATCHES:
-        at = pred.attention_decode_at(n, 8, 1, 128)
+        fpk, bpu, kvk, q_out, c_half, c_rate, m_half, m_rate, launch = pred.attention_decode_terms(n, 8, 1, 128)
         for ctx in _contexts(n):
-            assert at(ctx) == pred.attention_decode_s(n, ctx, 8, 1, 128)
-    assert pred.attention_decode_at(0, 8, 1, 128)(100) == pred.attention_decode_s(0, 100, 8, 1, 128) == 0.0
+            flops, num_bytes = fpk * ctx, bpu * (kvk * ctx + q_out)
+            t_c = (flops + c_half) / c_rate if flops > 0 else 0.0
+            t_m = (num_bytes + m_half) / m_rate if num_bytes > 0 else 0.0
+            assert (t_c if t_c > t_m else t_m) + launch == pred.attention_decode_s(n, ctx, 8, 1, 128)

@@ -190,27 +190,15 @@ class RooflinePredictor:
         num_bytes = BYTES_BF16 * head_dim * (2 * context_sum * num_kv_heads + 2 * batch * num_heads)
         return self.kernel_s(flops, num_bytes)
 
-    def attention_decode_at(self, batch: int, num_heads: int, num_kv_heads: int, head_dim: int):
-        """:meth:`attention_decode_s` of one batch shape as a function of the context sum alone,
-        the same float for every context: a decode fast-forward prices its fixed batch at a
-        growing context every step, and the constants folded here (exact: small integer
-        products) save a call and a dozen multiplications per step."""
-        if batch <= 0:
-            return lambda context_sum: 0.0
-        flops_per_key = 4.0 * num_heads * head_dim  # the left part of _s's product, evaluated alike
-        bytes_per_unit = BYTES_BF16 * head_dim
-        kv_per_key, q_out = 2 * num_kv_heads, 2 * batch * num_heads
-        c_half, c_rate, m_half, m_rate = self._compute_half, self._compute_rate, self._memory_half, self._memory_rate
-        launch = self._launch_s
-
-        def attention_s(context_sum: int) -> float:
-            flops = flops_per_key * context_sum
-            t_compute = (flops + c_half) / c_rate if flops > 0 else 0.0
-            num_bytes = bytes_per_unit * (kv_per_key * context_sum + q_out)
-            t_memory = (num_bytes + m_half) / m_rate if num_bytes > 0 else 0.0
-            return (t_compute if t_compute > t_memory else t_memory) + launch
-
-        return attention_s
+    def attention_decode_terms(self, batch: int, num_heads: int, num_kv_heads: int, head_dim: int) -> tuple:
+        """The constants of :meth:`attention_decode_s` for one batch shape (``batch > 0``), as a
+        decode fast-forward folds them into its step (lmmsim.costmodel.decode_step): ``(flops_per_key,
+        bytes_per_unit, kv_per_key, q_out, compute_half, compute_rate, memory_half, memory_rate,
+        launch)``, so that with ``flops = flops_per_key * context_sum`` and ``num_bytes =
+        bytes_per_unit * (kv_per_key * context_sum + q_out)`` the kernel's terms are evaluated as in
+        :meth:`kernel_s` -- the very floats (the products folded are exact small integers)."""
+        return (4.0 * num_heads * head_dim, BYTES_BF16 * head_dim, 2 * num_kv_heads, 2 * batch * num_heads,
+                self._compute_half, self._compute_rate, self._memory_half, self._memory_rate, self._launch_s)
 
     def attention_decode_parts(
         self, batch: int, context_sum: int, num_heads: int, num_kv_heads: int, head_dim: int
