@@ -168,6 +168,7 @@ class Ahead:
         self.size, self.step_cost, self.act, self.finish_step = ([0] * len(cohorts), [None] * len(cohorts),
                                                                  [0.0] * len(cohorts), [-1] * len(cohorts))
         self._versions = [-1] * len(cohorts)
+        self._ctx_base = [0] * len(cohorts)  # each slot's attended context is this + size x (step + 1)
         # handlers as attributes, so a queued event's function can be told by identity
         self.h_granted, self.h_left0, self.h_done = self.granted, self.left_stage0, self.done
 
@@ -187,9 +188,10 @@ class Ahead:
                 self.step_cost[slot] = decode_step_cost(engine.cost, n) if n else None  # by context
                 self.act[slot] = engine._activation_of(n) if n else 0.0
                 self.finish_step[slot] = c.step_no + c.steps_to_next_finish() - 1 if n else -1
+                self._ctx_base[slot] = c.context_sum(-1)
         # each slot's context at the first step (it grows by the size each step)
         self.step0 = list(self.step)
-        self.ctx0 = [c.context_sum(c.step_no) for c in cohorts]
+        self.ctx0 = [b + n * (k + 1) for b, n, k in zip(self._ctx_base, self.size, self.step)]
         self.any_decode = any(self.size)  # a slot decodes: lmmsim.engine.pipeline_steady may take over
 
     def new_run(self, slot: int, step: int, start: float, stage_s: float) -> Step:

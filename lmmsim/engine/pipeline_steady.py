@@ -292,19 +292,22 @@ def _block_turn(signals, block, line, holder, fire, t, cur, last_grant):
 def _queued_state(ahead, queue):
     """(end of the holder's stage 0, the holder's batch, the FIFO of batches past stage 0) read
     from the private queue, laid out as :func:`_advance` makes them but with their queued entry
-    at item 3; None if it holds another kind of event or is out of pipeline order."""
+    at item 3; None if it holds another kind of event or is out of pipeline order (completions
+    at strictly increasing times)."""
     hold_end, hold = math.inf, None
-    flight: deque = deque()  # [done_at, slot, step, queued entry], in completion order
+    flight: deque = deque()  # (done_at, slot, step, queued entry), in completion order
+    left0, done, last = ahead.h_left0, ahead.h_done, -math.inf
     for entry in sorted(queue.heap):
-        if entry[3] is ahead.h_left0:
-            run = entry[4]
+        fn, run = entry[3], entry[4]
+        if fn is done:
+            if entry[0] <= last:
+                return None
+            last = entry[0]
+            flight.append((last, run.slot, run.step, entry))
+        elif fn is left0:
             hold_end, hold = entry[0], (entry[0], run.slot, run.step, entry, run.start, run.stage_s)
-        elif entry[3] is ahead.h_done:
-            flight.append((entry[0], entry[4].slot, entry[4].step, entry))
         else:
             return None
-    if any(a[0] >= b[0] for a, b in zip(flight, list(flight)[1:])):
-        return None
     return hold_end, hold, flight
 
 
