@@ -124,7 +124,7 @@ def test_run_aheads_leave_no_cyclic_garbage():
         run = _run("gllm", [], True)
         assert run.summary["sim_events"] > 0
         engines = [e for e in run.built.simulation.frontend.workers if hasattr(e, "_runner")]
-        made = [o for o in gc.get_objects() if isinstance(o, pipeline_ff.Ahead)]
+        made = [o for o in gc.get_objects() if type(o) is pipeline_ff.Ahead]
     finally:
         gc.enable()
     assert len(engines) == 1 and made == [engines[0]._runner]
