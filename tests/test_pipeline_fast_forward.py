@@ -73,18 +73,18 @@ def _awaiting_spy(monkeypatch, answer=None):
     from lmmsim.engine.disaggregation import DisaggregatedFrontend
 
     frontends, seen = [], []
-    init, first = DisaggregatedFrontend.__init__, pipeline_ff.first_outside_event
+    init, first = DisaggregatedFrontend.__init__, pipeline_ff.next_outside_event
 
     def keep(self, *args, **kwargs):
         init(self, *args, **kwargs)
         frontends.append(self)
 
-    def spy(env, own):
+    def spy(env):
         seen.append(any(box.num_awaiting for box in frontends[-1].inboxes))
-        return first(env, own) if answer is None else answer
+        return first(env) if answer is None else answer
 
     monkeypatch.setattr(DisaggregatedFrontend, "__init__", keep)
-    monkeypatch.setattr(pipeline_ff, "first_outside_event", spy)
+    monkeypatch.setattr(pipeline_ff, "next_outside_event", spy)
     return seen
 
 
@@ -176,26 +176,6 @@ def test_engine_events_run_from_its_own_queue(monkeypatch):
     run = _run(*CASES["gllm-small-kv"], True)
     assert prefill_grants and all(prefill_grants)
     assert run.summary["sim_events"] < len(prefill_grants) / 2, "about an event per engine event"
-
-
-def test_first_outside_event_is_the_earliest_foreign_entry():
-    """The best-first walk down the heap finds what sorting the whole queue would."""
-    import heapq
-    import random
-    from types import SimpleNamespace
-
-    from lmmsim.engine.pipeline_ff import first_outside_event
-
-    rng = random.Random(7)
-    for size in (0, 1, 2, 5, 40, 500):
-        queue = []
-        for eid in range(size):  # times with ties, so the event id decides
-            heapq.heappush(queue, (rng.choice([0.5, 1.0, 1.5]) * rng.randint(0, 4), rng.randint(0, 2), eid, None))
-        env = SimpleNamespace(_queue=queue)
-        for num_own in (0, 1, 3, size):
-            own = {entry[2]: None for entry in rng.sample(sorted(queue)[:6], min(num_own, size, 6))}
-            foreign = [entry for entry in sorted(queue) if entry[2] not in own]
-            assert first_outside_event(env, own) == (foreign[0][0] if foreign else float("inf"))
 
 
 def test_finishing_completions_inside_a_run_ahead_keep_the_order_of_ends(monkeypatch, tmp_path):

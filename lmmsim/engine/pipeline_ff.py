@@ -17,7 +17,7 @@ does until the next arrival: its events only feed each other. :func:`run_ahead`
 then runs them with handlers of their own (:class:`Ahead`) past the simulation's
 other events, up to ``barrier`` (the next arrival or the horizon; for a pipeline
 fed by other events too, an e_pd one's embeddings, also the simulation's next event:
-:func:`first_outside_event`). Two things differ from stepping, both exact while the
+:func:`next_outside_event`). Two things differ from stepping, both exact while the
 conditions hold:
 
 * a decode batch is built from its cohort's counters (:meth:`Ahead.granted`: the
@@ -296,21 +296,11 @@ def _rehandle(queue: EngineQueue, real: dict) -> None:
                      for when, priority, eid, fn, value in queue.heap]
 
 
-def first_outside_event(env, own: dict) -> float:
-    """When the simulation's next event that is not one of the engine's own (``own``: their event
-    ids) is due: any event may route work to the engine, so a run ahead stops before it. A
-    best-first walk down the queue's heap from its root, past the engine's own entries only:
-    a few steps, whatever the queue's length."""
-    queue = env._queue
-    frontier = [(queue[0], 0)] if queue else []
-    while frontier:
-        entry, i = heappop(frontier)
-        if entry[2] not in own:
-            return entry[0]
-        for child in (2 * i + 1, 2 * i + 2):
-            if child < len(queue):
-                heappush(frontier, (queue[child], child))
-    return float("inf")
+def next_outside_event(env) -> float:
+    """When the simulation's next event is due: a pipeline fed by other events too (e_pd) runs
+    ahead only before it, as any event may route work to it. The engine's own events are not
+    there (its queue's wake was taken off to run them; a superseded wake only stops it early)."""
+    return env.peek()
 
 
 def _loop(engine, queue: EngineQueue, ahead: Ahead, barrier: float) -> None:
@@ -347,7 +337,7 @@ def _barrier(engine) -> float:
     simulation's next event (any may route work to it)."""
     barrier = engine.barrier_at()
     if engine.outside_events_stop:
-        barrier = min(barrier, first_outside_event(engine.env, {}))
+        barrier = min(barrier, next_outside_event(engine.env))
     return barrier
 
 
