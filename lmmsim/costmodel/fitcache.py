@@ -287,18 +287,7 @@ def prefetch_dense_block(cm, tokens: int) -> None:
     which counts nothing; the run then counts its own calls as before, so step times and
     the extrapolated share are those of calls made one by one. ``cm``: a
     :class:`~lmmsim.costmodel.composed.ComposedStepCostModel` of a plain dense model."""
-    block = (tokens - 1) // PREFETCH_BLOCK
-    if ("dense", block) in cm._prefetched:
-        return
-    cm._prefetched.add(("dense", block))
-    prefetch = getattr(cm.predictor, "prefetch_elementwise", None)
-    if prefetch is None:
-        return
-    recorder = _ElementwiseCalls()
-    lo = block * PREFETCH_BLOCK + 1
-    for n in range(lo, lo + PREFETCH_BLOCK):
-        cm._dense_cost(recorder, n)
-    prefetch(recorder.calls)
+    _prefetch_block(cm, "dense", tokens, "prefetch_elementwise", _ElementwiseCalls, cm._dense_cost)
 
 
 def prefetch_fresh_prefills(cm, chunk: tuple) -> None:
@@ -313,15 +302,23 @@ def prefetch_fresh_prefills(cm, chunk: tuple) -> None:
     new_tokens, context = chunk
     if new_tokens != context or type(new_tokens) is not int or new_tokens <= 0:
         return  # (another int type would be memoised under another key)
-    block = (new_tokens - 1) // PREFETCH_BLOCK
-    if ("fresh", block) in cm._prefetched:
+    _prefetch_block(cm, "fresh", new_tokens, "prefetch_attention_prefill", _PrefillCalls,
+                    lambda recorder, n: cm._prefill_attention_cost(recorder, (n, n)))
+
+
+def _prefetch_block(cm, kind: str, count: int, prefetch_name: str, recorder_cls, compose) -> None:
+    """Once per cost model and block of :data:`PREFETCH_BLOCK` counts (``kind``'s, the block of
+    ``count``): run ``compose(recorder, n)`` for each count ``n`` of the block on a
+    ``recorder_cls()`` and hand its calls to the predictor's ``prefetch_name`` method, if it has one."""
+    block = (count - 1) // PREFETCH_BLOCK
+    if (kind, block) in cm._prefetched:
         return
-    cm._prefetched.add(("fresh", block))
-    prefetch = getattr(cm.predictor, "prefetch_attention_prefill", None)
+    cm._prefetched.add((kind, block))
+    prefetch = getattr(cm.predictor, prefetch_name, None)
     if prefetch is None:
         return
-    recorder = _PrefillCalls()
+    recorder = recorder_cls()
     lo = block * PREFETCH_BLOCK + 1
     for n in range(lo, lo + PREFETCH_BLOCK):
-        cm._prefill_attention_cost(recorder, (n, n))
+        compose(recorder, n)
     prefetch(recorder.calls)
