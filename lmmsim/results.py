@@ -25,8 +25,10 @@ import pandas as pd
 
 from lmmsim.build import build
 from lmmsim.costmodel.fitcache import save_predictions
+from lmmsim.costmodel.fitted import extrapolated_share
 from lmmsim.engine.media_cache import combined_stats
 from lmmsim.outputs import OutputDir, atomic_path
+from lmmsim.provenance import describe  # version, git revision, hashes of the inputs read
 from lmmsim.metrics.itl import token_gaps
 from lmmsim.metrics.records import requests_frame
 from lmmsim.metrics.summary import clean_json, summarize
@@ -117,8 +119,6 @@ def _complete_summary(summary: dict, scn, base_dir: Path, built, result) -> dict
         queues = [e.scheduler.queue for e in result.frontend.llm_engines if hasattr(e.scheduler.queue, "class_counts")]
         counts = [sum(c) for c in zip(*(q.class_counts() for q in queues))] if queues else []
         summary["admission"] = {**built.admission.report, "requests_per_class": counts}
-    from lmmsim.provenance import describe  # version, git revision, hashes of the inputs read
-
     summary["provenance"] = describe(scn, base_dir)
     return clean_json(summary)
 
@@ -190,8 +190,6 @@ def _extrapolated_share(built) -> dict[str, float] | None:
     the distinct shapes the operator predictor evaluated (not by how often they were
     used; :class:`~lmmsim.costmodel.fitted.FittedPredictor`, "Extrapolated share").
     Classes without data on this GPU count as 1. None for a roofline v0 run."""
-    from lmmsim.costmodel.fitted import extrapolated_share
-
     return extrapolated_share(getattr(c, "predictor", None) for c in built.costs.values())
 
 

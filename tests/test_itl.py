@@ -11,7 +11,7 @@ import pytest
 
 from lmmsim.build import build
 from lmmsim.costmodel.constant import ConstantStepCost
-from lmmsim.metrics.itl import token_gaps, token_times
+from lmmsim.metrics.itl import stable_argsort, token_gaps, token_times
 from lmmsim.metrics.summary import latency_stats
 from lmmsim.results import run_scenario
 from lmmsim.scenario import load_scenario
@@ -197,3 +197,14 @@ def test_export_vllm_writes_vllms_keys_in_ms(tmp_path, capsys):
 def test_export_vllm_user_errors(tmp_path, capsys):
     assert_user_error(capsys, ["export", "vllm", tmp_path / "missing", "-o", tmp_path / "r.json"], "not found")
     assert_user_error(capsys, ["export", "vllm", tmp_path, "-o", tmp_path / "r.json"], "not a run folder")
+
+
+@pytest.mark.parametrize("values", [
+    np.round(np.random.default_rng(3).random(5000), 2),  # many runs of equal values
+    np.random.default_rng(4).random(5000),  # none
+    np.array([1.0, -0.0, 0.0, 1.0, 0.0, 2.0]),  # -0.0 equals 0.0: index order among them
+    np.array([0.5, np.nan, 0.5, np.nan, 0.1]),
+    np.array([]),
+])
+def test_stable_argsort_is_numpys_stable_sort(values):
+    assert np.array_equal(stable_argsort(values), np.argsort(values, kind="stable"))

@@ -35,10 +35,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
-
 from lmmsim.catalog import WHISPER_MEL_BINS
 from lmmsim.costmodel.host_costs import processor_family
+from lmmsim.costmodel.small_csv import read_columns
 from lmmsim.errors import UserError
 
 F32 = 4
@@ -58,14 +57,11 @@ def processed_bytes(family: str, patch_size: int, work) -> int:
 
 def dispatch_row(folder: Path, family: str, variant: str | None = None) -> dict | None:
     """The measured eager-layer row for an encoder family (bfloat16, inference mode where recorded):
-    its values as ``DataFrame.iloc[i].to_dict()`` gives them (pandas' parsing and column types).
-    The rows are picked over the columns' Python lists, not by boolean indexing of the frame
-    (the same tests; a few ms of a run's set-up)."""
+    its values typed as pandas types them (:mod:`lmmsim.costmodel.small_csv`)."""
     path = Path(folder) / "encoder_dispatch.csv"
     if not path.is_file():
         return None
-    df = pd.read_csv(path)
-    cols = {c: df[c].tolist() for c in df.columns}
+    cols = read_columns(path)
     rows = [i for i, v in enumerate(cols["family"]) if v == family]
     for col, want in (("encoder", variant), ("dtype", "bfloat16"), ("grad_mode", "inference_mode")):
         if want is not None and col in cols:

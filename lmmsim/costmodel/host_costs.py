@@ -28,9 +28,9 @@ import math
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from lmmsim.catalog import WHISPER_MEL_BINS
+from lmmsim.costmodel.small_csv import read_columns
 from lmmsim.errors import UserError, choices
 
 #: Families whose frames a server processes as images with another family's class:
@@ -87,8 +87,9 @@ class HostProfile:
             path = self.folder / f"{op}.csv"
             if not path.is_file():
                 continue
-            df = pd.read_csv(path)
-            xs, ys = df[x].to_numpy(), df["time_ms"].to_numpy()
+            df = read_columns(path, {*groups, x, "time_ms", *(("width", "pixels") if op == "video_decode" else ())},
+                              "host.profile")
+            xs, ys = np.asarray(df[x]), np.asarray(df["time_ms"])
             self.curves[op] = {key: Curve(xs[rows], ys[rows], slopes.get((op, _norm(key)), 0.0))
                                for key, rows in _groups(df, groups).items()}
             if op == "video_decode":
@@ -114,15 +115,12 @@ class HostProfile:
         return sorted(self.curves.get(op, {}))
 
 
-def _groups(df: pd.DataFrame, columns: list[str]) -> dict[tuple, list[int]]:
+def _groups(df: dict[str, list], columns: list[str]) -> dict[tuple, list[int]]:
     """The row positions of each distinct value of ``columns``, keys sorted, rows in file order,
-    rows with a missing value left out: ``df.groupby(columns)``'s groups, without its machinery
-    (a fifth of a run's build, for a handful of rows per file)."""
-    values = [df[c].tolist() for c in columns]
-    missing = [df[c].isna().tolist() for c in columns]
+    rows with a missing value left out: ``groupby(columns)``'s groups, without pandas."""
     rows: dict[tuple, list[int]] = {}
-    for i, key in enumerate(zip(*values)):
-        if not any(m[i] for m in missing):
+    for i, key in enumerate(zip(*(df[c] for c in columns))):
+        if not any(k is None or k != k for k in key):  # None or NaN: missing
             rows.setdefault(key, []).append(i)
     return {key: rows[key] for key in sorted(rows)}
 

@@ -207,8 +207,9 @@ def _advance(engine, ahead, barrier, signals, block, line, state, next_id):
     cpp, cur, made, done_count, last_grant = engine.chunk_pipelining, signals.cur, 0, 0, None
     later = busy[1] if num_stages > 1 else 0.0  # stages 1 and on are charged alike (run_steady)
     ctx = [c + n * (k - k0) for c, n, k, k0 in zip(ahead.ctx0, size, step, ahead.step0)]  # each slot's context
+    inf = math.inf
     while True:
-        d = flight[0][0] if flight else math.inf
+        d = flight[0][0] if flight else inf
         if hold_end < d:  # the holder leaves stage 0; the first decoding slot in line takes it
             t = hold_end
             if t >= barrier:
@@ -235,7 +236,7 @@ def _advance(engine, ahead, barrier, signals, block, line, state, next_id):
             if holder == BLOCK or fire:  # the empty slots' turn
                 holder, cur, last_grant = _block_turn(signals, block, line, holder, fire, t, cur, last_grant)
             if holder is None:
-                hold_end, hold = math.inf, None
+                hold_end, hold = inf, None
                 continue
         elif d < hold_end:  # a batch leaves the last stage; its slot asks again
             t, s, s_step = flight[0][0], flight[0][1], flight[0][2]
