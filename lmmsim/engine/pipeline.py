@@ -58,6 +58,7 @@ from typing import Callable
 from simpy.events import NORMAL, URGENT
 
 from lmmsim.engine.clock import LATE
+from lmmsim.engine.decode_cohort import plan_step_s
 from lmmsim.engine.pipeline_batch import Batch, pass_stages, plan_kind, plan_request_ids
 from lmmsim.engine.pipeline_ff import Ahead, EngineQueue, quiet_point, run_ahead
 from lmmsim.engine.pipeline_shared import start_shared_slots
@@ -261,8 +262,7 @@ class PipelineEngine:
                 self._wait_change(slot)
             return
         encode_s = cost.encode_call_s([seg.item.encoder for _, seg in plan.encodes]) if plan.encodes else 0.0
-        stage_s = cost.llm_step_s(plan.chunk_shapes if plan.chunks else (), plan.num_decodes,
-                                  plan.decode_context_sum, plan.num_sampled) / self.num_stages
+        stage_s = plan_step_s(cost, plan) / self.num_stages
         if self.step_log is None:
             batch = Batch(slot, plan, start, encode_s, stage_s, "", (), None)
         else:

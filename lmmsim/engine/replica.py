@@ -31,7 +31,7 @@ from heapq import heapify
 from typing import Callable
 
 from lmmsim.engine.clock import SimEnvironment
-from lmmsim.engine.decode_cohort import decode_step_cost
+from lmmsim.engine.decode_cohort import decode_step_cost, plan_step_s
 from lmmsim.engine.pipeline import plan_kind, plan_request_ids
 from lmmsim.engine.scheduler import ContinuousBatchingScheduler, SeqState
 from lmmsim.engine.steplog import StepRecord, engine_counters
@@ -164,9 +164,7 @@ class Replica:
             counters = engine_counters(sched) if self.step_log is not None else None  # as the step starts
             if self.run is None:
                 encode_s = cost.encode_call_s([seg.item.encoder for _, seg in plan.encodes]) if plan.encodes else 0.0
-                step_s = encode_s + cost.llm_step_s(
-                    plan.chunk_shapes, plan.num_decodes, plan.decode_context_sum, plan.num_sampled
-                )
+                step_s = encode_s + plan_step_s(cost, plan)
                 end_at = now + step_s
                 yield env.timeout_at(end_at)
             else:
@@ -220,8 +218,7 @@ class Replica:
         # As stepping would have: the batch built when the step began, before the arrival.
         plan = sched.schedule(start)
         counters = engine_counters(sched) if self.step_log is not None else None  # as the step starts
-        step_s = 0.0 + cost.llm_step_s(plan.chunk_shapes, plan.num_decodes, plan.decode_context_sum,
-                                       plan.num_sampled)
+        step_s = 0.0 + plan_step_s(cost, plan)
         end_at = start + step_s
         if end_at != ends[done] or plan.chunks or plan.preempted:
             raise RuntimeError(f"{self.name}: sync rebuilt a different step ({end_at} != {ends[done]})")
