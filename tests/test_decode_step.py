@@ -75,3 +75,20 @@ def test_roofline_terms_give_attention_decode_s():
             t_c = (flops + c_half) / c_rate if flops > 0 else 0.0
             t_m = (num_bytes + m_half) / m_rate if num_bytes > 0 else 0.0
             assert (t_c if t_c > t_m else t_m) + launch == pred.attention_decode_s(n, ctx, 8, 1, 128)
+
+
+def test_regimes_away_from_the_crossing_give_the_same_floats():
+    """The folded step evaluates only the larger attention term away from where the compute
+    and memory terms cross (decode_step._regime_bounds): every context around the crossing,
+    and far on both sides, prices as llm_step_s does."""
+    from lmmsim.costmodel.decode_step import _regime_bounds
+
+    gpu, pred = _roofline()
+    cost = ComposedStepCostModel(catalog.get_model("internvl3.5-38b"), gpu, 1, pred)
+    for n in (1, 8, 64):
+        lo, hi = _regime_bounds(*pred.attention_decode_terms(n, cost._heads, cost._kv_heads, cost._head_dim)[:8])
+        assert 1 < lo < hi, "this model's terms cross: both regimes are exercised"
+        at = cost.decode_step_at(n)
+        window = range(max(1, int(lo) - 300), int(hi) + 300)
+        for ctx in [*range(1, 50), *window, *range(int(hi) + 300, 2_000_000, 9_973)]:
+            assert at(ctx) == cost.llm_step_s((), n, ctx, n), (n, ctx)

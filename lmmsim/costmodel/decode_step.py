@@ -52,4 +52,36 @@ def folded_decode_step(cm, n: int):
         total = dense + layers * ((t_compute if t_compute > t_memory else t_memory) + launch) + head
         return total if tail is None else total + tail
 
-    return step_s
+    bounds = _regime_bounds(fpk, bpu, kvk, q_out, c_half, c_rate, m_half, m_rate)
+    if bounds is None:
+        return step_s
+    lo, hi = bounds
+
+    def regime_step_s(context_sum: int) -> float:  # only the larger term evaluated, away from the crossing
+        if context_sum > hi:  # memory-bound
+            total = dense + layers * ((bpu * (kvk * context_sum + q_out) + m_half) / m_rate + launch) + head
+        elif 1 <= context_sum < lo:  # compute-bound
+            total = dense + layers * ((fpk * context_sum + c_half) / c_rate + launch) + head
+        else:
+            return step_s(context_sum)
+        return total if tail is None else total + tail
+
+    return regime_step_s
+
+
+def _regime_bounds(fpk, bpu, kvk, q_out, c_half, c_rate, m_half, m_rate) -> tuple[float, float] | None:
+    """``(lo, hi)``: decode attention's compute term is the larger below ``lo`` attended keys and
+    its memory term above ``hi``, each by a margin far beyond rounding (both terms are linear in
+    the context; the memory one grows faster, the compute one may lead at first by its larger
+    half-saturation work). None when the terms are not of that shape."""
+    if min(fpk, bpu, kvk, c_rate, m_rate) <= 0 or min(q_out, c_half, m_half) < 0:
+        return None
+    compute_at0, compute_slope = c_half / c_rate, fpk / c_rate
+    memory_at0, memory_slope = (bpu * q_out + m_half) / m_rate, bpu * kvk / m_rate
+    if memory_slope <= compute_slope:
+        return None
+    cross = (compute_at0 - memory_at0) / (memory_slope - compute_slope)
+    slack = 1 + 1e-6 * abs(cross)  # keys either side of the crossing: the terms differ there by ...
+    if (memory_slope - compute_slope) * slack < 1e-9 * (compute_at0 + compute_slope * abs(cross)):
+        return None  # ... at least a billionth of their size, or no regime is trusted
+    return cross - slack, max(cross + slack, 0.5)
