@@ -112,6 +112,41 @@ def test_epd_run_ahead_needs_the_outside_barrier(monkeypatch):
     assert not ahead.requests.equals(stepped.requests)
 
 
+@pytest.mark.parametrize("case", ["gllm-small-kv", "gllm-epd", "vllm-pp-vanilla-light"])
+def test_run_ahead_from_a_quiet_grant(monkeypatch, case):
+    """The first grant after an engine turns quiet starts a run ahead itself (run_ahead_from_grant):
+    it is taken, its timeline is stepping's, and a run from it that prices the slot's batches at
+    another context is caught."""
+    system, overrides = CASES[case]
+    started = []
+    real = pipeline_ff.run_ahead_from_grant
+
+    def spy(engine, slot):
+        ran = real(engine, slot)
+        started.append(ran)
+        return ran
+
+    import lmmsim.engine.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "run_ahead_from_grant", spy)
+    ahead = _run(system, overrides, True)
+    stepped = _run(system, overrides, False)
+    pd.testing.assert_frame_equal(ahead.requests, stepped.requests, check_exact=True)
+    assert sum(started) >= 10, "no run ahead began at a grant"
+
+    def mispriced(engine, slot):
+        ahead = pipeline_ff._runner(engine)
+        if not ahead.fits(slot):
+            return False
+        ahead.ctx0[slot] += 4096
+        pipeline_ff._run(engine, ahead, ahead.granted, slot)
+        return True
+
+    monkeypatch.setattr(pipeline, "run_ahead_from_grant", mispriced)
+    broken = _run(system, overrides, True)
+    assert not broken.requests.equals(stepped.requests)
+
+
 def test_run_aheads_leave_no_cyclic_garbage():
     """Run-aheads make no garbage for the cyclic collector: an engine keeps one set of run-ahead
     handlers (pipeline_ff.Ahead) for all of them. Thousands of run-aheads' objects left in cycles

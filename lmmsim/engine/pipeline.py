@@ -60,7 +60,7 @@ from simpy.events import NORMAL, URGENT
 from lmmsim.engine.clock import LATE
 from lmmsim.engine.decode_cohort import plan_step_s
 from lmmsim.engine.pipeline_batch import Batch, pass_stages, plan_kind, plan_request_ids
-from lmmsim.engine.pipeline_ff import Ahead, EngineQueue, quiet_point, run_ahead
+from lmmsim.engine.pipeline_ff import Ahead, EngineQueue, quiet_point, run_ahead, run_ahead_from_grant
 from lmmsim.engine.pipeline_shared import start_shared_slots
 from lmmsim.engine.scheduler import ContinuousBatchingScheduler, SeqState, StepPlan
 from lmmsim.engine.steplog import StepRecord, engine_counters
@@ -249,6 +249,8 @@ class PipelineEngine:
 
     # --------------------------------------------------------------- a batch
     def _granted(self, slot: int) -> None:
+        if self._fast_forward and self._ahead is None and quiet_point(self, 1) and run_ahead_from_grant(self, slot):
+            return  # this grant and the engine's next events, ahead of the clock
         self._zero_pending -= 1
         sched = self.scheduler
         cost = self.cost

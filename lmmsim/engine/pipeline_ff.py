@@ -14,7 +14,8 @@ engine does so in an event of its own, which the merge puts in its place.
 Running ahead. While every batch is decode-only and nothing can join (no waiting,
 prefilling or prefilled request), nothing outside the engine can change what it
 does until the next arrival: its events only feed each other. :func:`run_ahead`
-then runs them with handlers of their own (:class:`Ahead`) past the simulation's
+(from a batch leaving stage 0) or :func:`run_ahead_from_grant` (from a grant of
+stage 0, the first after the engine turned quiet) then runs them with handlers of their own (:class:`Ahead`) past the simulation's
 other events, up to ``barrier`` (the next arrival or the horizon; for a pipeline
 fed by other events too, an e_pd one's embeddings, also the simulation's next event:
 :func:`next_outside_event`). Two things differ from stepping, both exact while the
@@ -257,28 +258,51 @@ class Ahead:
             sched.queue.refresh(self.last_grant)
 
 
-def quiet_point(engine) -> bool:
-    """May ``engine`` run ahead from the batch leaving stage 0 now? Nothing can join, and
-    no grant or change event is waiting at this instant (only completions are queued: the
-    run ahead handles them under their keys)."""
+def quiet_point(engine, pending: int = 0) -> bool:
+    """May ``engine`` run ahead from the batch leaving stage 0 now (or the grant now running,
+    ``pending=1``)? Nothing can join, and no other grant or change event is waiting at this
+    instant (only completions are queued: the run ahead handles them under their keys)."""
     sched = engine.scheduler
-    return not (engine._zero_pending or sched.prefilling or sched.prefilled or len(sched.queue)) and all(
+    return engine._zero_pending == pending and not (sched.prefilling or sched.prefilled or len(sched.queue)) and all(
         len(c) <= sched.token_budget for c in sched.cohorts)  # a priority walk may evict decodes beyond it
 
 
 def run_ahead(engine, batch) -> None:
     """Run ``batch`` leaving stage 0 now and the engine's events after it, ahead of the clock."""
-    queue = engine._q
+    _run(engine, _runner(engine), engine._left_stage0, batch)
+
+
+def run_ahead_from_grant(engine, slot: int) -> bool:
+    """Run ``slot``'s grant of stage 0 now (a quiet one: :func:`quiet_point` with it pending)
+    and the engine's events after it ahead of the clock; False, running nothing, if its batch's
+    KV blocks do not fit (the scheduler would preempt: stepping builds it). The first grant
+    after the engine turns quiet -- after a prefill's last token, or an outside event that
+    stopped a run ahead -- then costs what a decode batch run ahead does."""
+    ahead = _runner(engine)
+    if not ahead.fits(slot):
+        return False
+    _run(engine, ahead, ahead.granted, slot)
+    return True
+
+
+def _runner(engine) -> Ahead:
+    """The engine's run-ahead handlers, reading the scheduler's state as it is now."""
     ahead = engine._runner  # one per engine, kept: a run ahead's objects are not garbage for the collector
     if ahead is None:
-        ahead = engine._runner = Ahead(engine, queue)
+        ahead = engine._runner = Ahead(engine, engine._q)
     ahead.read()
+    return ahead
+
+
+def _run(engine, ahead: Ahead, first, value) -> None:
+    """``first(value)`` -- the event now running -- and the engine's events after it, ahead of the clock."""
+    queue = engine._q
     _rehandle(queue, {engine._h_done: ahead.h_done})  # the completions queued (the only entries at a quiet point)
     barrier = _barrier(engine)
     engine._ahead = ahead
     engine._h_granted, engine._h_left0, engine._h_done = ahead.h_granted, ahead.h_left0, ahead.h_done
     try:
-        engine._left_stage0(batch)
+        first(value)
         _loop(engine, queue, ahead, barrier)
     finally:
         engine._ahead = None
