@@ -20,6 +20,7 @@ from lmmsim.assembly.parts import Parts
 from lmmsim.costmodel.composed import ComposedStepCostModel
 from lmmsim.costmodel.encoder_call import encoder_call_costs, encoder_variant
 from lmmsim.costmodel.engine_overheads import EngineOverheads
+from lmmsim.costmodel.fitted import FittedPredictor
 from lmmsim.costmodel.roofline import RooflinePredictor
 from lmmsim.engine.closed_loop import ClosedLoop
 from lmmsim.engine.simulation import Simulation
@@ -121,8 +122,6 @@ def make_predictor(choice: str, gpu: catalog.GpuSpec, link, base_dir: Path):
                              f"folder ({base_dir}), not the working directory")
     if not (folder / "model.json").exists():
         raise UserError(key, f"{folder} holds no fitted model (model.json); run `lmmsim fit` or use 'roofline'")
-    from lmmsim.costmodel.fitted import FittedPredictor
-
     predictor = FittedPredictor(folder, gpu, link)
     shown = f"profiles/{gpu.fitted_profile}" if choice == "auto" else choice  # no machine-specific paths
     info = {"kind": "fitted", "gpu": gpu.name, "fit": shown,
