@@ -365,7 +365,19 @@ class ComposedStepCostModel:
 
     def _prefill_attention(self, chunk: tuple[int, int]) -> float:
         prefetch_fresh_prefills(self, chunk)  # a fresh prefill's block of prompt lengths together (fitcache)
-        return self._store(self._prefill_memo, chunk, self._prefill_attention_cost(self.predictor, chunk))
+        if self._prefill_one is None:
+            return self._store(self._prefill_memo, chunk, self._prefill_attention_cost(self.predictor, chunk))
+        # _prefill_attention_cost's product, the predictor's call with this model's heads fixed
+        return self._store(self._prefill_memo, chunk, self._layers * self._prefill_one(*chunk))
+
+    @functools.cached_property
+    def _prefill_one(self):
+        """``fn(new_tokens, context)``: one causal chunk's attention with this model's heads fixed, where
+        the predictor's class offers it (:mod:`lmmsim.costmodel.prefill_shape`: a chunk rarely repeats,
+        so most miss every memo), else None. Looked up on the class, so that a wrapper delegating by
+        ``__getattr__`` (a recorder) still sees every ``attention_prefill_s`` call."""
+        one = getattr(type(self.predictor), "attention_prefill_fn", None)
+        return one(self.predictor, self._heads, self._kv_heads, self._head_dim, True) if one is not None else None
 
     def _lm_head(self, num_sampled: int) -> float:
         return self._store(self._head_memo, num_sampled, self._lm_head_cost(self.predictor, num_sampled))

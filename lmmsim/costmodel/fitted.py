@@ -88,6 +88,7 @@ from lmmsim.costmodel import opdata
 from lmmsim.costmodel.features import CLASSES, LINK_CLASSES, class_features, code, row_ops
 from lmmsim.costmodel.fitcache import OUTSIDE, shared_fit
 from lmmsim.costmodel.fitstore import LoadedClass
+from lmmsim.costmodel.prefill_shape import prefill_fn
 from lmmsim.costmodel.roofline import RooflinePredictor
 
 
@@ -300,6 +301,14 @@ class FittedPredictor:
         if t is None:
             t = self._store(self._prefill_memo, key, self._fn["attention_prefill"](*key))
         return t
+
+    def attention_prefill_fn(self, num_heads: int, num_kv_heads: int, head_dim: int, causal: bool = True):
+        """``fn(new_tokens, context)``: :meth:`attention_prefill_s` with the head shape fixed (the same
+        seconds, memos and counters), its miss path specialised (:mod:`lmmsim.costmodel.prefill_shape`);
+        the plain method's calls where :meth:`attention_prefill_s` is not this class's own."""
+        if type(self).attention_prefill_s is not FittedPredictor.attention_prefill_s or "attention_prefill_s" in vars(self):
+            return lambda n, c: self.attention_prefill_s(n, c, num_heads, num_kv_heads, head_dim, causal)
+        return prefill_fn(self, num_heads, num_kv_heads, head_dim, causal)
 
     def attention_decode_s(
         self, batch: int, context_sum: int, num_heads: int, num_kv_heads: int, head_dim: int
