@@ -284,3 +284,19 @@ def test_a_step_model_prefetching_fresh_prefills_gives_the_steps_and_counts_of_c
     assert times == alone_times
     assert _counters(prefetched) == _counters(alone)
     assert 0 < alone.extrapolated["attention_prefill"] < 2 * len(steps)
+
+
+def test_a_forest_file_with_a_bad_crc_is_refused(tmp_path):
+    import zipfile
+
+    path = tmp_path / "tiny.forest.npz"
+    arrays = {"tree_offsets": np.array([0]), "children_left": np.array([1, -1, -1], np.int32),
+              "children_right": np.array([2, -1, -1], np.int32), "feature": np.array([0, -2, -2], np.int32),
+              "threshold": np.array([0.5, -2.0, -2.0]), "value": np.array([0.0, 1.0, 2.0])}
+    np.savez(path, **arrays)  # stored, not deflated: a flipped byte reaches the CRC check
+    assert fitstore.read_forest(path).scalar_s([1.0]) == np.exp(2.0)
+    blob = bytearray(path.read_bytes())
+    blob[blob.index(np.array([0.0, 1.0, 2.0]).tobytes()) + 8] ^= 1
+    path.write_bytes(bytes(blob))
+    with pytest.raises(zipfile.BadZipFile, match="CRC"):
+        fitstore.read_forest(path)
