@@ -204,10 +204,9 @@ def _advance(engine, ahead, barrier, signals, block, line, state, next_id):
     step, phase, block_size, size, act = ahead.step, ahead.phase, ahead.block_size, ahead.size, ahead.act
     free, busy, stages, finish_step = engine._stage_free, engine.stage_busy_s, range(1, engine.num_stages), ahead.finish_step
     num_stages, step_cost, ends, kv_free = engine.num_stages, ahead.step_cost, ahead.ends, ahead.kv_free
-    cpp, cur, made, done_count, last_grant = engine.chunk_pipelining, signals.cur, 0, 0, None
+    cpp, cur, made, done_count, last_grant, inf = engine.chunk_pipelining, signals.cur, 0, 0, None, math.inf
     later = busy[1] if num_stages > 1 else 0.0  # stages 1 and on are charged alike (run_steady)
     ctx = [c + n * (k - k0) for c, n, k, k0 in zip(ahead.ctx0, size, step, ahead.step0)]  # each slot's context
-    inf = math.inf
     while True:
         d = flight[0][0] if flight else inf
         if hold_end < d:  # the holder leaves stage 0; the first decoding slot in line takes it
