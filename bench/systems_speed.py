@@ -10,7 +10,8 @@ done before the clock starts: a run's cost-model memos, fits and RPS-Serve's pre
 model are shared within a process, so one system's run would warm the next. Prints the full-run
 rate (build incl. RPS-Serve's profiling, loop, results) and the loop-only rate in simulated
 requests per wall-second, SimPy events per request and engine steps per request. Run it pinned
-to one core on an idle machine; the issue's bar is 3,000 req/s full-run. ``--prediction-cache``
+to one core on an idle machine; the issue's bar is 3,000 req/s full-run. SimPy's raw event rate
+on the same core, before and after, shows the machine's speed at the time (a shared host's drifts). ``--prediction-cache``
 measures each system with ``LMMSIM_PREDICTION_CACHE`` warm (an unmeasured run fills it first).
 """
 
@@ -70,6 +71,10 @@ def main() -> int:
 
 
 def table(args, env: dict | None) -> None:
+    from vidur_compare import simpy_rate  # (this folder) the machine's speed, as the Vidur comparison reads it
+
+    # a shared host's speed drifts by a fifth through a day: compare tables taken at similar rates
+    print(f"SimPy raw event rate on this core: {simpy_rate() / 1e6:.2f} M events/s")
     print(f"{'system':10s} {'full req/s':>10s} {'loop req/s':>10s} {'events/req':>10s} {'steps/req':>9s}")
     for name in args.systems.split(","):
         SYSTEMS[name]  # a KeyError names an unknown system before any run
@@ -80,6 +85,7 @@ def table(args, env: dict | None) -> None:
         m = json.loads(out.strip().splitlines()[-1])
         print(f"{name:10s} {m['full']:10,.0f} {m['loop']:10,.0f} {m['events']:10.1f} {m['steps']:9.2f}"
               + ("" if m["finished"] == args.requests else f"   ({m['finished']} finished)"))
+    print(f"SimPy raw event rate on this core, after: {simpy_rate() / 1e6:.2f} M events/s")
 
 
 if __name__ == "__main__":
