@@ -217,7 +217,7 @@ def _advance(engine, ahead, barrier, signals, block, line, state, next_id):
             if nxt is not None and (need := phase[nxt][-step[nxt] % block_size]) > kv_free:
                 break
             start, stage_s, s_step = hold[4], hold[5], hold[2]
-            busy[0] += stage_s + 0.0
+            busy[0] += stage_s  # (the handlers add stage_s + 0.0: the same float, stage_s > 0)
             fire = cpp and keys[cur] is None
             if fire:  # stage 0's notify (drawn; queued if the block waits)
                 keys[cur], next_id = (t, LATE, next_id), next_id + 1
@@ -268,7 +268,7 @@ def _advance(engine, ahead, barrier, signals, block, line, state, next_id):
         # stage 0 granted to ``holder`` at ``t``: its batch is built from its cohort's counters
         kv_free -= need
         stage_s = step_cost[holder](ctx[holder]) / num_stages
-        last_grant, hold = t, (t + (stage_s + 0.0), holder, step[holder], None, t, stage_s, made)
+        last_grant, hold = t, (t + stage_s, holder, step[holder], None, t, stage_s, made)
         made += 1
         hold_end = hold[0]
     signals.cur = cur
