@@ -12,7 +12,8 @@ rate (build incl. RPS-Serve's profiling, loop, results) and the loop-only rate i
 requests per wall-second, SimPy events per request and engine steps per request. Run it pinned
 to one core on an idle machine; the issue's bar is 3,000 req/s full-run. SimPy's raw event rate
 on the same core, before and after, shows the machine's speed at the time (a shared host's drifts). ``--prediction-cache``
-measures each system with ``LMMSIM_PREDICTION_CACHE`` warm (an unmeasured run fills it first).
+measures each system with ``LMMSIM_PREDICTION_CACHE`` warm (an unmeasured run fills it first);
+``--repeat N`` runs each system N times and shows the fastest.
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ def main() -> int:
     ap.add_argument("--prediction-cache", action="store_true",
                     help="measure with LMMSIM_PREDICTION_CACHE warm: a temporary folder one unmeasured run "
                          "per system fills first")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs per system, each in a fresh process; the table shows the fastest (a busy "
+                         "host only ever slows a run down)")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one system, print JSON
     args = ap.parse_args()
     if args.one:
@@ -81,8 +85,9 @@ def table(args, env: dict | None) -> None:
         cmd = [sys.executable, __file__, "--one", name, "--requests", str(args.requests)]
         if env is not None:
             subprocess.run(cmd, check=True, capture_output=True, env=env)  # fills the cache
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
-        m = json.loads(out.strip().splitlines()[-1])
+        runs = [json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+                           .stdout.strip().splitlines()[-1]) for _ in range(max(args.repeat, 1))]
+        m = {**runs[0], "full": max(r["full"] for r in runs), "loop": max(r["loop"] for r in runs)}
         print(f"{name:10s} {m['full']:10,.0f} {m['loop']:10,.0f} {m['events']:10.1f} {m['steps']:9.2f}"
               + ("" if m["finished"] == args.requests else f"   ({m['finished']} finished)"))
     print(f"SimPy raw event rate on this core, after: {simpy_rate() / 1e6:.2f} M events/s")
