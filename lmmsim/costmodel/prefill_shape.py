@@ -74,7 +74,8 @@ def shared_prefill_fn(lc, memo: dict, num_heads, num_kv_heads, head_dim, causal)
         return None
     c = causal * 1.0
     flops_k, bytes_k, heads_hd = 4.0 * num_heads * head_dim, B * head_dim, num_heads * head_dim
-    names, roof_s, log, ceil, floor, ln2 = lc.features, lc.roofline.time_s, math.log, math.ceil, math.floor, math.log(2.0)
+    names, roof_s = lc.features, lc.roofline.time_s
+    log, ceil, floor, ln2 = math.log, math.ceil, math.floor, math.log(2.0)
     args = (num_heads, num_kv_heads, head_dim, c)
 
     def ev(new_tokens, context, key):

@@ -15,10 +15,10 @@ Running ahead. While every batch is decode-only and nothing can join (no waiting
 prefilling or prefilled request), nothing outside the engine can change what it
 does until the next arrival: its events only feed each other. :func:`run_ahead`
 (from a batch leaving stage 0) or :func:`run_ahead_from_grant` (from a grant of
-stage 0, the first after the engine turned quiet) then runs them with handlers of their own (:class:`Ahead`) past the simulation's
-other events, up to ``barrier`` (the next arrival or the horizon; for a pipeline
-fed by other events too, an e_pd one's embeddings, also the simulation's next event:
-:func:`next_outside_event`). Two things differ from stepping, both exact while the
+stage 0, the first after the engine turned quiet) then runs them with handlers of
+their own (:class:`Ahead`) past the simulation's other events, up to ``barrier``
+(the next arrival or the horizon; for a pipeline fed by other events too, an e_pd
+one's embeddings, also the simulation's next event: :func:`next_outside_event`). Two things differ from stepping, both exact while the
 conditions hold:
 
 * a decode batch is built from its cohort's counters (:meth:`Ahead.granted`: the
