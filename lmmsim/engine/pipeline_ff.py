@@ -18,8 +18,8 @@ does until the next arrival: its events only feed each other. :func:`run_ahead`
 stage 0, the first after the engine turned quiet) then runs them with handlers of
 their own (:class:`Ahead`) past the simulation's other events, up to ``barrier``
 (the next arrival or the horizon; for a pipeline fed by other events too, an e_pd
-one's embeddings, also the simulation's next event: :func:`next_outside_event`). Two things differ from stepping, both exact while the
-conditions hold:
+one's embeddings, also the simulation's next event: :func:`next_outside_event`).
+Two things differ from stepping, both exact while the conditions hold:
 
 * a decode batch is built from its cohort's counters (:meth:`Ahead.granted`: the
   whole cohort, its KV blocks and attended context) and completed by noting
