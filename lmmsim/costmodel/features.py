@@ -147,31 +147,28 @@ def _ceil(x):
 
 
 def attention_prefill_features(new_tokens, context, num_heads, num_kv_heads, head_dim, causal=True) -> dict:
-    c = causal * 1.0
-    flops, nbytes, _ = attention_prefill_work(new_tokens, context, num_heads, num_kv_heads, head_dim, c)
-    q_tiles = _ceil(new_tokens / ATTENTION_TILE)
-    k_tiles = _ceil(context / ATTENTION_TILE)
-    # Block pairs the mask keeps: a causal chunk's query block i sees the prefix's blocks plus
-    # i + 1 of its own (exact when the prefix is a whole number of blocks).
-    pairs = q_tiles * k_tiles - c * q_tiles * (q_tiles - 1) / 2.0
-    return {"flops": flops, "bytes": nbytes, "count": 1.0, "log_new_tokens": _log(new_tokens),
-            "log_context": _log(context), "log_num_heads": _log(num_heads), "log_num_kv_heads": _log(num_kv_heads),
-            "log_head_dim": _log(head_dim), "causal": c, "log_flops": _log(flops), "log_bytes": _log(nbytes),
-            "log_q_tiles": _log(q_tiles), "ctas": q_tiles * num_heads, "log_ctas": _log(q_tiles * num_heads),
-            "log_tile_work": _log(pairs * num_heads * head_dim), "log_prefix": _log(context / new_tokens),
-            "log_gqa": _log(num_heads / num_kv_heads)}
+    return _prefill_features(new_tokens, context, num_heads, num_kv_heads, head_dim, causal, _log, _ceil)
 
 
 def attention_prefill_scalar(new_tokens, context, num_heads, num_kv_heads, head_dim, causal=True) -> dict:
     """:func:`attention_prefill_features` of one call (Python numbers): the same dict, every value
     from the same expressions in the same order, with math.log and math.ceil called directly
     (no array test per value: half the time, on every memo miss of prefill attention)."""
+    return _prefill_features(new_tokens, context, num_heads, num_kv_heads, head_dim, causal, math.log, _ceil_scalar)
+
+
+def _ceil_scalar(x) -> float:
+    return float(math.ceil(x))
+
+
+def _prefill_features(new_tokens, context, num_heads, num_kv_heads, head_dim, causal, log, ceil) -> dict:
     c = causal * 1.0
     flops, nbytes, _ = attention_prefill_work(new_tokens, context, num_heads, num_kv_heads, head_dim, c)
-    q_tiles = float(math.ceil(new_tokens / ATTENTION_TILE))
-    k_tiles = float(math.ceil(context / ATTENTION_TILE))
+    q_tiles = ceil(new_tokens / ATTENTION_TILE)
+    k_tiles = ceil(context / ATTENTION_TILE)
+    # Block pairs the mask keeps: a causal chunk's query block i sees the prefix's blocks plus
+    # i + 1 of its own (exact when the prefix is a whole number of blocks).
     pairs = q_tiles * k_tiles - c * q_tiles * (q_tiles - 1) / 2.0
-    log = math.log
     return {"flops": flops, "bytes": nbytes, "count": 1.0, "log_new_tokens": log(new_tokens),
             "log_context": log(context), "log_num_heads": log(num_heads), "log_num_kv_heads": log(num_kv_heads),
             "log_head_dim": log(head_dim), "causal": c, "log_flops": log(flops), "log_bytes": log(nbytes),

@@ -262,9 +262,7 @@ def quiet_point(engine, pending: int = 0) -> bool:
     """May ``engine`` run ahead from the batch leaving stage 0 now (or the grant now running,
     ``pending=1``)? Nothing can join, and no other grant or change event is waiting at this
     instant (only completions are queued: the run ahead handles them under their keys)."""
-    sched = engine.scheduler
-    return engine._zero_pending == pending and not (sched.prefilling or sched.prefilled or len(sched.queue)) and all(
-        len(c) <= sched.token_budget for c in sched.cohorts)  # a priority walk may evict decodes beyond it
+    return engine._zero_pending == pending and engine.scheduler.can_fast_forward_slots()
 
 
 def run_ahead(engine, batch) -> None:
@@ -381,6 +379,4 @@ def _finish_inline(engine, queue: EngineQueue, ahead: Ahead, entry: tuple) -> bo
     engine._complete(batch.plan, batch.start, batch.encode_s)
     engine._ask(batch.slot)
     ahead.read()
-    sched = engine.scheduler
-    return not (sched.prefilling or sched.prefilled or len(sched.queue)) and all(
-        len(c) <= sched.token_budget for c in sched.cohorts)
+    return engine.scheduler.can_fast_forward_slots()

@@ -259,10 +259,11 @@ class ContinuousBatchingScheduler(ChunkMediaFit, PrefixLookup, TokenThrottle):
         return bool(self.cohorts[0].members) and not (self.prefilling or self.prefilled or len(self.queue))
 
     def can_fast_forward_slots(self) -> bool:
-        """Pipeline fast-forward: is every slot's next batch its whole cohort, nothing joining?
-        (Within the token budget: a priority walk may evict decodes beyond it.)"""
+        """Pipeline fast-forward: is every slot's next batch its whole cohort (or nothing, for an
+        empty one), nothing joining? (Within the token budget: a priority walk may evict decodes
+        beyond it.)"""
         return not (self.prefilling or self.prefilled or len(self.queue)) and all(
-            0 < len(c) <= self.token_budget for c in self.cohorts)
+            len(c) <= self.token_budget for c in self.cohorts)
 
     # ---------------------------------------------------------------- mutations
     def add(self, seq: SeqState) -> None:
