@@ -13,7 +13,10 @@ requests per wall-second, SimPy events per request and engine steps per request.
 to one core on an idle machine; the issue's bar is 3,000 req/s full-run. SimPy's raw event rate
 on the same core, before and after, shows the machine's speed at the time (a shared host's drifts). ``--prediction-cache``
 measures each system with ``LMMSIM_PREDICTION_CACHE`` warm (an unmeasured run fills it first);
-``--repeat N`` runs each system N times and shows the fastest.
+``--repeat N`` runs each system N times and shows the fastest. The hot modules run compiled where
+the install built them (lmmsim/native.py; the table's first line says how many are fresh);
+``--pure`` measures the pure-Python modules instead (``LMMSIM_NATIVE=0``), and ``--compare-pure``
+alternates the two, run by run, showing both.
 """
 
 from __future__ import annotations
@@ -63,34 +66,66 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs per system, each in a fresh process; the table shows the fastest (a busy "
                          "host only ever slows a run down)")
+    ap.add_argument("--pure", action="store_true", help="the pure-Python modules (LMMSIM_NATIVE=0)")
+    ap.add_argument("--compare-pure", action="store_true",
+                    help="each system compiled and pure-Python, alternating run by run: both columns")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # internal: measure one system, print JSON
     args = ap.parse_args()
     if args.one:
         print(json.dumps(measure(*SYSTEMS[args.one], args.requests)))
         return 0
     with tempfile.TemporaryDirectory(prefix="systems_speed_") as tmp:
-        env = {**os.environ, "LMMSIM_PREDICTION_CACHE": tmp} if args.prediction_cache else None
+        env = {**os.environ, **({"LMMSIM_PREDICTION_CACHE": tmp} if args.prediction_cache else {}),
+               **({"LMMSIM_NATIVE": "0"} if args.pure else {})}
         table(args, env)
     return 0
 
 
-def table(args, env: dict | None) -> None:
+def table(args, env: dict) -> None:
     from vidur_compare import simpy_rate  # (this folder) the machine's speed, as the Vidur comparison reads it
 
     # a shared host's speed drifts by a fifth through a day: compare tables taken at similar rates
     print(f"SimPy raw event rate on this core: {simpy_rate() / 1e6:.2f} M events/s")
-    print(f"{'system':10s} {'full req/s':>10s} {'loop req/s':>10s} {'events/req':>10s} {'steps/req':>9s}")
+    print(f"compiled hot modules: {native_line(env)}")
+    pure_env = {**env, "LMMSIM_NATIVE": "0"}
+    print(f"{'system':10s} {'full req/s':>10s} {'loop req/s':>10s} {'events/req':>10s} {'steps/req':>9s}"
+          + (f" {'pure full':>10s} {'pure loop':>10s}" if args.compare_pure else ""))
     for name in args.systems.split(","):
         SYSTEMS[name]  # a KeyError names an unknown system before any run
         cmd = [sys.executable, __file__, "--one", name, "--requests", str(args.requests)]
-        if env is not None:
+        if args.prediction_cache:
             subprocess.run(cmd, check=True, capture_output=True, env=env)  # fills the cache
-        runs = [json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
-                           .stdout.strip().splitlines()[-1]) for _ in range(max(args.repeat, 1))]
-        m = {**runs[0], "full": max(r["full"] for r in runs), "loop": max(r["loop"] for r in runs)}
+        runs, pure = [], []
+        for _ in range(max(args.repeat, 1)):  # alternating, so that both see the host alike
+            runs.append(one_run(cmd, env))
+            if args.compare_pure:
+                pure.append(one_run(cmd, pure_env))
+        m = best(runs)
         print(f"{name:10s} {m['full']:10,.0f} {m['loop']:10,.0f} {m['events']:10.1f} {m['steps']:9.2f}"
+              + (f" {best(pure)['full']:10,.0f} {best(pure)['loop']:10,.0f}" if pure else "")
               + ("" if m["finished"] == args.requests else f"   ({m['finished']} finished)"))
     print(f"SimPy raw event rate on this core, after: {simpy_rate() / 1e6:.2f} M events/s")
+
+
+def one_run(cmd: list, env: dict) -> dict:
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def best(runs: list[dict]) -> dict:
+    return {**runs[0], "full": max(r["full"] for r in runs), "loop": max(r["loop"] for r in runs)}
+
+
+def native_line(env: dict) -> str:
+    """How many of the hot modules run compiled in a run with ``env`` (lmmsim.native)."""
+    code = ("import json, lmmsim.native as n, importlib; [importlib.import_module(m) for m in n.MODULES]; "
+            "print(json.dumps(n.status()))")
+    st = json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                                   env=env).stdout)
+    if st["off"]:
+        return "off (LMMSIM_NATIVE=0): pure Python"
+    return f"{st['compiled']} of {st['of']}" + (f" (stale, run as Python: {', '.join(st['stale'])})"
+                                               if st["stale"] else "")
 
 
 if __name__ == "__main__":

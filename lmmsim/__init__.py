@@ -6,6 +6,10 @@ The Python API (:mod:`lmmsim.api`): ``from lmmsim import load_scenario, run, swe
 __version__ = "0.1.0"
 __all__ = ["load_scenario", "run", "sweep", "__version__"]
 
+from lmmsim import native as _native
+
+_native.install()  # compiled copies of the hot modules, where built and fresh (lmmsim.native)
+
 _API = frozenset({"load_scenario", "run", "sweep", "RunResult"})
 
 

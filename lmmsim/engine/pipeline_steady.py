@@ -201,9 +201,9 @@ def _advance(engine, ahead, barrier, signals, block, line, state, next_id):
     then the events made ``(when, slot, step, None, start, stage_s, k)``, by k (:func:`_rebuild`).
     Returns (holder, its batch, batches done, KV free, last grant, next event id, events made)."""
     holder, (hold_end, hold, flight), keys, held = engine._holder, state, signals.keys, signals.held
-    step, phase, block_size, size, act = ahead.step, ahead.phase, ahead.block_size, ahead.size, ahead.act
+    step, phase, block_size, size, need = ahead.step, ahead.phase, ahead.block_size, ahead.size, 0
     free, busy, stages, finish_step = engine._stage_free, engine.stage_busy_s, range(1, engine.num_stages), ahead.finish_step
-    num_stages, step_cost, ends, kv_free = engine.num_stages, ahead.step_cost, ahead.ends, ahead.kv_free
+    num_stages, step_cost, ends, kv_free, act = engine.num_stages, ahead.step_cost, ahead.ends, ahead.kv_free, ahead.act
     cpp, cur, made, done_count, last_grant, inf = engine.chunk_pipelining, signals.cur, 0, 0, None, math.inf
     later = busy[1] if num_stages > 1 else 0.0  # stages 1 and on are charged alike (run_steady)
     ctx = [c + n * (k - k0) for c, n, k, k0 in zip(ahead.ctx0, size, step, ahead.step0)]  # each slot's context
