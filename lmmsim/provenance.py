@@ -5,6 +5,7 @@
     {"lmmsim_version": "0.1.0",
      "git_revision": "ad2fd3f...",    # lmmsim's own checkout; None when installed from a wheel
      "git_dirty": false,             # uncommitted changes to tracked files; None when unknown
+     "compiled_modules": "42 of 42",  # hot modules run compiled (lmmsim.native); same results either way
      "inputs": {"catalog": {"gpus/h100-sxm-80gb": "<sha256[:16]>", "models/qwen2.5-vl-7b": ...},
                 "fits": {"ops/h100-sxm-80gb/fit": ...},        # the fitted cost model's files
                 "host_profiles": {"cpu": ...}}}                # the host profile's measurements
@@ -27,6 +28,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lmmsim import native
 from lmmsim.errors import UserError
 
 HASH_CHARS = 16
@@ -192,7 +194,13 @@ def cache_key(scn, base_dir: Path) -> dict:
 def describe(scn, base_dir: Path) -> dict:
     """The ``provenance`` block of summary.json (see the module docstring)."""
     return {"lmmsim_version": version(), "git_revision": git_revision(), "git_dirty": git_dirty(),
-            "inputs": inputs(scn, base_dir)}
+            "compiled_modules": compiled_modules(), "inputs": inputs(scn, base_dir)}
+
+
+def compiled_modules() -> str:
+    """How many hot modules ran compiled (:mod:`lmmsim.native`; the results are the same either way)."""
+    st = native.status()
+    return "off (LMMSIM_NATIVE=0)" if st["off"] else f"{st['compiled']} of {st['of']}"
 
 
 def changes(old: dict | None, new: dict) -> list[str]:
