@@ -57,7 +57,9 @@ def source_path(module: str) -> Path:
 
 
 def source_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """SHA-256 of a module's source and, where it has one, its ``.pxd`` (C types for the copy)."""
+    pxd = path.with_suffix(".pxd")
+    return hashlib.sha256(path.read_bytes() + (pxd.read_bytes() if pxd.is_file() else b"")).hexdigest()
 
 
 def binary_name(module: str) -> str:
