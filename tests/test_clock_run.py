@@ -86,3 +86,20 @@ def test_stop_simulation_from_a_callback_returns_its_value():
     assert env.now == 1.0 and [e[0] for e in sorted(env._queue)] == [1.0, 2.0]  # as step(): requeued
     env.run()
     assert env.now == 2.0
+
+
+def test_stop_simulation_from_a_call_returns_its_value():
+    """A call_at call (run inline, no callback list of its own) stops the loop as a callback does."""
+    env = SimEnvironment()
+    log = []
+
+    def stop(value):
+        log.append(("stop", env.now))
+        raise simpy.core.StopSimulation(value)
+
+    env.call_at(1.0, stop, "halt")
+    env.call_at(2.0, lambda v: log.append((v, env.now)), "later")
+    assert env.run() == "halt"
+    assert env.now == 1.0 and len(env._queue) == 2  # the call requeued, its work done
+    env.run()
+    assert log == [("stop", 1.0), ("later", 2.0)] and env.num_events == 2  # the stopping run counts no event
