@@ -202,6 +202,8 @@ def test_export_vllm_user_errors(tmp_path, capsys):
 @pytest.mark.parametrize("values", [
     np.round(np.random.default_rng(3).random(5000), 2),  # many runs of equal values
     np.random.default_rng(4).random(5000),  # none
+    np.concatenate([np.random.default_rng(5).random(3000), np.round(np.random.default_rng(6).random(300), 1)]),  # a few
+    np.array([2.0, 2.0, 1.0, 3.0, 0.5, 3.0, 3.0]),  # runs at both ends of the sorted order
     np.array([1.0, -0.0, 0.0, 1.0, 0.0, 2.0]),  # -0.0 equals 0.0: index order among them
     np.array([0.5, np.nan, 0.5, np.nan, 0.1]),
     np.array([]),
