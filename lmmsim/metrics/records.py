@@ -53,18 +53,24 @@ def row_of(s) -> tuple:
             r.num_output_tokens, s.num_preemptions, s.num_cached_tokens)
 
 
+#: Integer columns (cast to int64); the times, float64 when every value is a float.
+INT_COLUMNS = ("request_id", "replica", "num_prompt_tokens", "num_text_tokens", "num_mm_tokens",
+               "num_media_items", "num_output_tokens", "num_preemptions", "num_cached_tokens")
+TIME_COLUMNS = tuple(c for c in COLUMNS if c.endswith("_at"))
+
+
 def frame_of(rows: list[tuple], per_request_max, cached: bool) -> pd.DataFrame:
     """The requests frame of :func:`row_of` rows (``per_request_max``: their ``itl_max_s``;
     ``cached``: with the ``num_cached_tokens`` column)."""
     columns = list(zip(*rows)) if rows else [()] * (len(COLUMNS) + 1)
-    cols: dict[str, list] = {c: list(v) for c, v in zip(COLUMNS, columns)}
+    cols: dict[str, object] = {c: _column(c, v) for c, v in zip(COLUMNS, columns)}
     if cached:
-        cols["num_cached_tokens"] = [c or 0 for c in columns[-1]]
-    df = pd.DataFrame(cols)
-    for c in ("request_id", "replica", "num_prompt_tokens", "num_text_tokens", "num_mm_tokens",
-              "num_media_items", "num_output_tokens", "num_preemptions", "num_cached_tokens"):
-        if c in df:
-            df[c] = df[c].astype(np.int64)
+        cols["num_cached_tokens"] = np.array([c or 0 for c in columns[-1]], np.int64)
+    return with_latencies(pd.DataFrame(cols), per_request_max)
+
+
+def with_latencies(df: pd.DataFrame, per_request_max) -> pd.DataFrame:
+    """``df`` (the :data:`COLUMNS`) with the derived latency columns and ``itl_max_s`` added."""
     df["ttft_s"] = df["first_token_at"] - df["arrived_at"]
     df["e2e_s"] = df["finished_at"] - df["arrived_at"]
     decode_tokens = (df["num_output_tokens"] - 1).where(df["num_output_tokens"] > 1)
@@ -72,3 +78,15 @@ def frame_of(rows: list[tuple], per_request_max, cached: bool) -> pd.DataFrame:
     df["normalized_latency_s_per_token"] = df["e2e_s"] / df["num_output_tokens"]
     df["itl_max_s"] = per_request_max
     return df
+
+
+def _column(name: str, values: tuple):
+    """One column for the frame: an int64 array for the integer columns, a float64 array for
+    a time column of floats, else the values for pandas to infer the type of (text; an empty
+    frame's). The very column pandas makes of the values (then ``astype(int64)`` for the
+    integers), without its inference over 3,000 boxed numbers per column."""
+    if name in INT_COLUMNS:
+        return np.array(values, np.int64)
+    if name in TIME_COLUMNS and values and all(type(v) is float for v in values):
+        return np.array(values, float)
+    return list(values)
