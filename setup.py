@@ -8,8 +8,7 @@ them and lmmsim runs as pure Python (the same results, slower).
 
 from __future__ import annotations
 
-import hashlib
-import importlib.machinery
+import importlib.util
 import json
 import os
 import sys
@@ -25,7 +24,7 @@ import native  # noqa: E402
 sys.path.pop(0)
 
 # Same operations as the source, never contracted into fused multiply-adds (bit-identical floats).
-CFLAGS = ["-O1", "-ffp-contract=off", "-fno-fast-math", "-Wno-unused-function", "-Wno-unreachable-code"]
+CFLAGS = ["-O1", "-g0", "-ffp-contract=off", "-fno-fast-math", "-Wno-unused-function", "-Wno-unreachable-code"]
 DIRECTIVES = {"language_level": 3, "annotation_typing": False, "binding": True}
 
 
@@ -45,10 +44,9 @@ class NativeBuild(build_ext):
 
     def run(self):
         wanted = os.environ.get("LMMSIM_NATIVE_BUILD", "1") != "0"
-        try:
-            import Cython  # noqa: F401
-        except ImportError:
-            wanted = wanted and print("lmmsim: no Cython; the hot modules stay pure Python", file=sys.stderr)
+        if wanted and importlib.util.find_spec("Cython") is None:
+            print("lmmsim: no Cython; the hot modules stay pure Python", file=sys.stderr)
+            wanted = False
         kept = []
         for ext in self.extensions if wanted else ():
             try:  # the Python source translated to C in the build folder

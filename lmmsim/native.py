@@ -1,18 +1,20 @@
 """Compiled copies of the simulator's hot modules, used only while they match their source.
 
-The modules in :data:`MODULES` run every engine step: the pipeline engine and its fast-forward,
-the scheduler, the step cost model, the event loop. The install compiles each, unchanged, with
-Cython (``setup.py``; skipped without Cython or a C compiler) into ``lmmsim/_native/`` -- C that
-makes the same calls on the same Python objects, so every float is the one the source computes
-(built with ``-ffp-contract=off``: no fused multiply-add, even where the target has one). The
-``.py`` files stay the definition and the reference: tests run both and compare results.
+The modules in :data:`MODULES` are what a run's steps and events go through: the engines and
+their fast-forwards, the schedulers, the step cost models, the event loop, the front ends. The
+install compiles each, unchanged, with Cython (``setup.py``; skipped without Cython or a C
+compiler) into ``lmmsim/_native/``: C that makes the same calls on the same Python objects. A
+``.pxd`` beside a module may give some of its locals C types (the steady pipeline loop's times
+as doubles: the same IEEE operations in the same order, built with ``-ffp-contract=off``, so no
+fused multiply-add even where the target has one). Every float is the one the source computes;
+the ``.py`` files stay the definition and the reference (tests/test_native.py runs both).
 
-A compiled copy is imported in place of its module only when the SHA-256 of the ``.py`` it was
-built from, kept in ``_native/manifest.json``, equals the source's now. An edited module is
-therefore never shadowed by a stale build: it runs as Python until the next install
-(``pip install -e .`` rebuilds). ``LMMSIM_NATIVE=0`` turns them all off (profilers see Python
-frames; a check that both agree). :func:`status` says which were taken; a run's provenance
-records it.
+A compiled copy is imported in place of its module only when the SHA-256 of the ``.py`` (and
+``.pxd``) it was built from, kept in ``_native/manifest.json``, equals the source's now: an
+edited module is never shadowed by a stale build, it runs as Python until the next install
+(``pip install -e .`` rebuilds). ``LMMSIM_NATIVE=0`` turns them all off (for profilers, which
+see only Python frames, and to check that both agree). :func:`status` says how many were taken;
+a run's provenance records it.
 """
 
 from __future__ import annotations
