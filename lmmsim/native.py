@@ -94,6 +94,15 @@ def install(native_dir: Path = NATIVE_DIR) -> None:
     if os.environ.get(ENV, "1") == "0":
         _state.update(taken=(), stale=(), missing=MODULES, off=True)
         return
+    found, stale, missing = scan(native_dir)
+    _state.update(taken=tuple(found), stale=tuple(stale), missing=tuple(missing), off=False)
+    if found and not any(isinstance(f, _Finder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Finder(found))
+
+
+def scan(native_dir: Path) -> tuple[dict[str, Path], list[str], list[str]]:
+    """The compiled copies in ``native_dir``: (fresh ones, name -> file; stale names; names with
+    no copy). Fresh: the manifest's digest of the source it was built from is the source's now."""
     try:
         manifest = json.loads((native_dir / MANIFEST).read_text())
     except (OSError, ValueError):
@@ -107,9 +116,7 @@ def install(native_dir: Path = NATIVE_DIR) -> None:
             stale.append(module)
         else:
             found[module] = binary
-    _state.update(taken=tuple(found), stale=tuple(stale), missing=tuple(missing), off=False)
-    if found and not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder(found))
+    return found, stale, missing
 
 
 def status() -> dict:

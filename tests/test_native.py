@@ -3,6 +3,7 @@ same results as the Python they are compiled from."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -24,34 +25,35 @@ def _fake_build(tmp_path: Path, modules: dict[str, str]) -> Path:
     return tmp_path
 
 
-@pytest.fixture
-def restore_state(monkeypatch):
-    saved = dict(native._state)
-    before = list(sys.meta_path)
-    yield
-    native._state.update(saved)
-    sys.meta_path[:] = before
-
-
-def test_a_copy_built_from_other_source_is_not_taken(tmp_path, monkeypatch, restore_state):
-    monkeypatch.delenv(native.ENV, raising=False)
+def test_a_copy_built_from_other_source_is_not_taken(tmp_path):
     fresh, edited = native.MODULES[0], native.MODULES[1]
     folder = _fake_build(tmp_path, {fresh: native.source_digest(native.source_path(fresh)), edited: "0" * 64})
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, native._Finder)]
-    native.install(folder)
-    assert native._state["taken"] == (fresh,)
-    assert native._state["stale"] == (edited,)
-    assert set(native._state["missing"]) == set(native.MODULES) - {fresh, edited}
-    finder = next(f for f in sys.meta_path if isinstance(f, native._Finder))
+    found, stale, missing = native.scan(folder)
+    assert list(found) == [fresh] and stale == [edited]
+    assert set(missing) == set(native.MODULES) - {fresh, edited}
+    finder = native._Finder(found)
     assert finder.find_spec(edited) is None and finder.find_spec("lmmsim.results") is None
     assert finder.find_spec(fresh).origin == str(folder / native.binary_name(fresh))
 
 
-def test_switched_off_takes_nothing(tmp_path, monkeypatch, restore_state):
+def test_a_copy_of_other_types_is_not_taken(tmp_path):
+    # the digest covers a module's .pxd too (C types of its compiled copy)
+    m = "lmmsim.engine.pipeline_steady"
+    src = native.source_path(m)
+    assert src.with_suffix(".pxd").is_file()
+    source_only = hashlib.sha256(src.read_bytes()).hexdigest()
+    assert native.scan(_fake_build(tmp_path, {m: source_only}))[1] == [m]
+
+
+def test_switched_off_takes_nothing(tmp_path, monkeypatch):
+    saved = dict(native._state)
     monkeypatch.setenv(native.ENV, "0")
     m = native.MODULES[0]
-    native.install(_fake_build(tmp_path, {m: native.source_digest(native.source_path(m))}))
-    assert native._state["taken"] == () and native.status()["off"]
+    try:
+        native.install(_fake_build(tmp_path, {m: native.source_digest(native.source_path(m))}))
+        assert native._state["taken"] == () and native.status()["off"]
+    finally:
+        native._state.update(saved)
 
 
 def test_no_compiled_module_defines_a_pydantic_model():
