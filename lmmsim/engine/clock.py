@@ -77,7 +77,7 @@ class SimEnvironment(simpy.Environment):
             raise ValueError(f"timeout_at({when}) is in the past (now={self._now})")
         return _AbsoluteTimeout(self, when, LATE if late else NORMAL)
 
-    def call_at(self, when: float, fn, value, priority: int = LATE) -> Event:
+    def call_at(self, when: float, fn, value, priority: int = LATE) -> _Call:
         """Run ``fn(value)`` at absolute time ``when``. Same-time order as any event: by
         ``priority``, then by when it was scheduled."""
         if when < self._now:
@@ -86,7 +86,7 @@ class SimEnvironment(simpy.Environment):
         heappush(self._queue, (when, priority, next(self._eid), call))
         return call
 
-    def call_keyed(self, key: tuple, fn, value) -> Event:
+    def call_keyed(self, key: tuple, fn, value) -> _Call:
         """:meth:`call_at` with the queue key ``(when, priority, event id)`` already drawn (an
         event planned ahead of time keeps the place it was given)."""
         call = _Call(fn, value)
